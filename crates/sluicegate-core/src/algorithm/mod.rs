@@ -1,0 +1,127 @@
+//! The six limiting algorithms as pure state transitions.
+//!
+//! Each module holds one algorithm: its per-key state and an [`Algorithm`] implementation.
+//! Nothing here does I/O or reads a clock: `now` is an argument, so the same code runs in
+//! the in-memory store, the simulator and the tests, and the Redis store's Lua scripts are
+//! checked against it.
+//!
+//! The protocol is two-phase so that several policies can be admitted all-or-nothing:
+//! [`Algorithm::evaluate`] decides without changing anything; only if every policy of the
+//! request admits does the store call [`Algorithm::consume`] on each.
+
+pub mod fixed_window;
+pub mod gcra;
+pub mod leaky_bucket;
+pub mod sliding_log;
+pub mod sliding_window;
+pub mod token_bucket;
+
+use crate::clock::Micros;
+use crate::decision::Decision;
+use crate::policy::Policy;
+
+pub use fixed_window::FixedWindow;
+pub use gcra::Gcra;
+pub use leaky_bucket::LeakyBucket;
+pub use sliding_log::SlidingLog;
+pub use sliding_window::SlidingWindow;
+pub use token_bucket::TokenBucket;
+
+/// One limiting algorithm, parameterised by a policy's numbers.
+///
+/// ```
+/// use sluicegate_core::algorithm::{Algorithm, Gcra};
+/// let gcra = Gcra::new(2, 1_000_000, 2); // 2 per second, burst 2
+/// let mut state = Default::default();
+/// for expected in [true, true, false] {
+///     let decision = gcra.evaluate(&state, 10_000_000, 1, None);
+///     assert_eq!(decision.allowed, expected);
+///     if decision.allowed {
+///         gcra.consume(&mut state, 10_000_000, 1);
+///     }
+/// }
+/// ```
+pub trait Algorithm: Send + Sync + 'static {
+    /// Per-key state. `Default` is a key never seen (full capacity).
+    type State: Default + Clone + Send + 'static;
+
+    /// Decides a request of `cost` at `now` without changing `state`.
+    ///
+    /// `max_delay` is `Some(budget)` in delay mode: a request over the limit whose slot
+    /// comes within `budget` is admitted with [`Decision::delay`] set. `cost` 0 only reads.
+    /// The caller guarantees `cost <= capacity` (see [`Policy::capacity`]).
+    fn evaluate(
+        &self,
+        state: &Self::State,
+        now: Micros,
+        cost: u64,
+        max_delay: Option<Micros>,
+    ) -> Decision;
+
+    /// Records an admitted request: must follow an `evaluate` at the same `now` that allowed it.
+    fn consume(&self, state: &mut Self::State, now: Micros, cost: u64);
+
+    /// Gives back what an admitted request took, when it was cancelled before its slot came.
+    /// Never leaves the state fuller than a fresh key.
+    fn refund(&self, state: &mut Self::State, now: Micros, cost: u64);
+
+    /// The time from which `state` is indistinguishable from a fresh key, and may be dropped.
+    fn idle_at(&self, state: &Self::State) -> Micros;
+}
+
+/// Parameters shared by every algorithm, taken from a [`Policy`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Quota {
+    /// Requests per period.
+    pub limit: u64,
+    /// Period in microseconds.
+    pub period: Micros,
+    /// Bucket capacity.
+    pub burst: u64,
+}
+
+impl From<&Policy> for Quota {
+    fn from(policy: &Policy) -> Self {
+        Quota {
+            limit: policy.limit(),
+            period: policy.period(),
+            burst: policy.burst(),
+        }
+    }
+}
+
+/// Runs `f` with the concrete algorithm of `policy`: the one place that maps
+/// [`AlgorithmKind`] to a type, for callers that are generic over [`Algorithm`].
+#[macro_export]
+macro_rules! with_algorithm {
+    ($policy:expr, |$alg:ident| $body:expr) => {{
+        let quota = $crate::algorithm::Quota::from($policy);
+        match $policy.algorithm() {
+            $crate::AlgorithmKind::FixedWindow => {
+                let $alg = $crate::algorithm::FixedWindow::from(quota);
+                $body
+            }
+            $crate::AlgorithmKind::SlidingLog => {
+                let $alg = $crate::algorithm::SlidingLog::from(quota);
+                $body
+            }
+            $crate::AlgorithmKind::SlidingWindow => {
+                let $alg = $crate::algorithm::SlidingWindow::from(quota);
+                $body
+            }
+            $crate::AlgorithmKind::TokenBucket => {
+                let $alg = $crate::algorithm::TokenBucket::from(quota);
+                $body
+            }
+            $crate::AlgorithmKind::LeakyBucket => {
+                let $alg = $crate::algorithm::LeakyBucket::from(quota);
+                $body
+            }
+            $crate::AlgorithmKind::Gcra => {
+                let $alg = $crate::algorithm::Gcra::from(quota);
+                $body
+            }
+        }
+    }};
+}
+

@@ -1,0 +1,321 @@
+//! A [`Policy`]: a named limit (`limit` per `period`, `burst` at once), the algorithm that
+//! enforces it, and what to do when a request is over it. Policies are validated once, on
+//! construction, so every other part of Sluicegate can rely on their numbers.
+
+use std::fmt;
+use std::str::FromStr;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::clock::{Micros, micros};
+
+/// Which limiting algorithm a policy uses. See each module under [`crate::algorithm`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AlgorithmKind {
+    /// Counters in windows aligned to the Unix epoch.
+    FixedWindow,
+    /// An exact log of admitted requests over the last period.
+    SlidingLog,
+    /// Two fixed windows, the previous one weighted by how much of it still overlaps.
+    SlidingWindow,
+    /// A bucket of `burst` tokens refilled continuously at `limit / period`.
+    TokenBucket,
+    /// A bucket of size `burst` leaking at `limit / period`; in delay mode a FIFO queue.
+    LeakyBucket,
+    /// The generic cell rate algorithm: one theoretical arrival time per key.
+    Gcra,
+}
+
+impl AlgorithmKind {
+    /// Every algorithm, in the order the docs present them.
+    pub const ALL: [AlgorithmKind; 6] = [
+        AlgorithmKind::FixedWindow,
+        AlgorithmKind::SlidingLog,
+        AlgorithmKind::SlidingWindow,
+        AlgorithmKind::TokenBucket,
+        AlgorithmKind::LeakyBucket,
+        AlgorithmKind::Gcra,
+    ];
+
+    /// The configuration name, e.g. `"token_bucket"`.
+    ///
+    /// ```
+    /// use sluicegate_core::AlgorithmKind;
+    /// assert_eq!(AlgorithmKind::Gcra.name(), "gcra");
+    /// assert_eq!("sliding_log".parse::<AlgorithmKind>().unwrap(), AlgorithmKind::SlidingLog);
+    /// ```
+    pub fn name(self) -> &'static str {
+        match self {
+            AlgorithmKind::FixedWindow => "fixed_window",
+            AlgorithmKind::SlidingLog => "sliding_log",
+            AlgorithmKind::SlidingWindow => "sliding_window",
+            AlgorithmKind::TokenBucket => "token_bucket",
+            AlgorithmKind::LeakyBucket => "leaky_bucket",
+            AlgorithmKind::Gcra => "gcra",
+        }
+    }
+
+    /// Whether `delay` mode is meaningful: only the bucket-shaped algorithms can say when a
+    /// request's slot comes; a window only knows when it ends.
+    pub fn supports_delay(self) -> bool {
+        matches!(
+            self,
+            AlgorithmKind::TokenBucket | AlgorithmKind::LeakyBucket | AlgorithmKind::Gcra
+        )
+    }
+
+    /// Whether `burst` is used (bucket capacity) rather than `limit` (window size).
+    pub fn uses_burst(self) -> bool {
+        self.supports_delay()
+    }
+}
+
+impl fmt::Display for AlgorithmKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for AlgorithmKind {
+    type Err = PolicyError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        AlgorithmKind::ALL
+            .into_iter()
+            .find(|kind| kind.name() == s)
+            .ok_or_else(|| PolicyError::UnknownAlgorithm(s.to_owned()))
+    }
+}
+
+/// What happens to a request over the limit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Mode {
+    /// Reject it (429).
+    #[default]
+    Reject,
+    /// Reserve its slot now and make it wait for it, up to `max_delay`; reject beyond.
+    Delay,
+    /// Let it through, but report and count that it would have been rejected.
+    Shadow,
+}
+
+impl Mode {
+    /// The configuration name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::Reject => "reject",
+            Mode::Delay => "delay",
+            Mode::Shadow => "shadow",
+        }
+    }
+}
+
+/// What a decision is when the store cannot be reached in time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OnStoreError {
+    /// Fail open: admit.
+    #[default]
+    Allow,
+    /// Fail closed: reject.
+    Deny,
+}
+
+/// Why a policy is invalid.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PolicyError {
+    /// The name is empty or has characters outside `[A-Za-z0-9_.-]`.
+    #[error("policy name {0:?} must be 1 to 128 characters of A-Z a-z 0-9 _ . -")]
+    InvalidName(String),
+    /// `limit = 0`.
+    #[error("limit must be at least 1")]
+    ZeroLimit,
+    /// `period` under one microsecond.
+    #[error("period must be at least 1µs")]
+    ZeroPeriod,
+    /// `burst = 0`.
+    #[error("burst must be at least 1")]
+    ZeroBurst,
+    /// `mode = "delay"` on fixed_window, sliding_log or sliding_window.
+    #[error("mode \"delay\" needs token_bucket, leaky_bucket or gcra; {0} can only reject or shadow")]
+    DelayOnWindow(AlgorithmKind),
+    /// Not one of the six algorithm names.
+    #[error(
+        "unknown algorithm {0:?}; expected fixed_window, sliding_log, sliding_window, token_bucket, leaky_bucket or gcra"
+    )]
+    UnknownAlgorithm(String),
+    /// A duration that does not parse.
+    #[error("invalid duration {0:?}: {1} (write e.g. 250ms, 1s, 1m, 1h, 1d)")]
+    InvalidDuration(String, String),
+    /// The numbers overflow the 64-bit fixed-point arithmetic of the buckets.
+    #[error("{0} is too large: burst × period (in µs) and limit × max_delay must stay under 2^62")]
+    TooLarge(&'static str),
+}
+
+/// A validated rate-limit policy.
+///
+/// ```
+/// use std::time::Duration;
+/// use sluicegate_core::{AlgorithmKind, Mode, Policy};
+///
+/// let policy = Policy::builder("auth", AlgorithmKind::TokenBucket, 10, Duration::from_secs(60))
+///     .burst(5)
+///     .mode(Mode::Reject)
+///     .build()
+///     .unwrap();
+/// assert_eq!(policy.capacity(), 5);
+/// assert!(Policy::builder("x", AlgorithmKind::Gcra, 0, Duration::from_secs(1)).build().is_err());
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Policy {
+    name: String,
+    algorithm: AlgorithmKind,
+    limit: u64,
+    period: Micros,
+    burst: u64,
+    mode: Mode,
+    max_delay: Micros,
+    on_store_error: OnStoreError,
+}
+
+/// Builds a [`Policy`]; `build` validates it.
+#[derive(Debug, Clone)]
+pub struct PolicyBuilder {
+    policy: Policy,
+    burst_set: bool,
+}
+
+/// Bound for the products the bucket algorithms keep in an `i64`, leaving headroom.
+const FIXED_POINT_BOUND: u128 = 1 << 62;
+
+impl Policy {
+    /// Starts a policy of `limit` requests per `period`; `burst` defaults to `limit`.
+    pub fn builder(
+        name: impl Into<String>,
+        algorithm: AlgorithmKind,
+        limit: u64,
+        period: Duration,
+    ) -> PolicyBuilder {
+        PolicyBuilder {
+            policy: Policy {
+                name: name.into(),
+                algorithm,
+                limit,
+                period: micros(period),
+                burst: limit,
+                mode: Mode::Reject,
+                max_delay: 0,
+                on_store_error: OnStoreError::Allow,
+            },
+            burst_set: false,
+        }
+    }
+
+    /// The policy's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+    /// The algorithm.
+    pub fn algorithm(&self) -> AlgorithmKind {
+        self.algorithm
+    }
+    /// Requests per period.
+    pub fn limit(&self) -> u64 {
+        self.limit
+    }
+    /// The period in microseconds.
+    pub fn period(&self) -> Micros {
+        self.period
+    }
+    /// The period as a [`Duration`].
+    pub fn period_duration(&self) -> Duration {
+        Duration::from_micros(self.period)
+    }
+    /// Bucket capacity (bucket algorithms); equals `limit` unless set.
+    pub fn burst(&self) -> u64 {
+        self.burst
+    }
+    /// Over-limit behaviour.
+    pub fn mode(&self) -> Mode {
+        self.mode
+    }
+    /// Longest wait in delay mode, in microseconds.
+    pub fn max_delay(&self) -> Micros {
+        self.max_delay
+    }
+    /// Fail open or closed.
+    pub fn on_store_error(&self) -> OnStoreError {
+        self.on_store_error
+    }
+    /// The largest cost one request can ever have: `burst` for buckets, `limit` for windows.
+    pub fn capacity(&self) -> u64 {
+        if self.algorithm.uses_burst() {
+            self.burst
+        } else {
+            self.limit
+        }
+    }
+    /// The allowed wait for a request: `Some(max_delay)` in delay mode, else `None`.
+    pub fn delay_budget(&self) -> Option<Micros> {
+        (self.mode == Mode::Delay).then_some(self.max_delay)
+    }
+}
+
+impl PolicyBuilder {
+    /// Bucket capacity: how many requests may come at once.
+    pub fn burst(mut self, burst: u64) -> Self {
+        self.policy.burst = burst;
+        self.burst_set = true;
+        self
+    }
+    /// Over-limit behaviour.
+    pub fn mode(mut self, mode: Mode) -> Self {
+        self.policy.mode = mode;
+        self
+    }
+    /// Longest wait in delay mode.
+    pub fn max_delay(mut self, max_delay: Duration) -> Self {
+        self.policy.max_delay = micros(max_delay);
+        self
+    }
+    /// Fail open or closed.
+    pub fn on_store_error(mut self, on_store_error: OnStoreError) -> Self {
+        self.policy.on_store_error = on_store_error;
+        self
+    }
+
+    /// Validates and returns the policy.
+    pub fn build(self) -> Result<Policy, PolicyError> {
+        let p = self.policy;
+        let name_ok = !p.name.is_empty()
+            && p.name.len() <= 128
+            && p.name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'));
+        if !name_ok {
+            return Err(PolicyError::InvalidName(p.name));
+        }
+        if p.limit == 0 {
+            return Err(PolicyError::ZeroLimit);
+        }
+        if p.period == 0 {
+            return Err(PolicyError::ZeroPeriod);
+        }
+        if self.burst_set && p.burst == 0 {
+            return Err(PolicyError::ZeroBurst);
+        }
+        if p.mode == Mode::Delay && !p.algorithm.supports_delay() {
+            return Err(PolicyError::DelayOnWindow(p.algorithm));
+        }
+        let scaled = |a: u64, b: u64| u128::from(a) * u128::from(b) < FIXED_POINT_BOUND;
+        if !scaled(p.burst, p.period) || !scaled(p.limit, p.period) {
+            return Err(PolicyError::TooLarge("limit or burst × period"));
+        }
+        if !scaled(p.limit, p.max_delay) {
+            return Err(PolicyError::TooLarge("limit × max_delay"));
+        }
+        Ok(p)
+    }
+}

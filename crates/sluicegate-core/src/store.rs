@@ -1,0 +1,195 @@
+//! The one trait every store implements: the in-memory store here, Redis in
+//! `sluicegate-redis`. Callers (middleware, server, Envoy service) see only [`Store`].
+//!
+//! The trait is dyn-compatible (boxed futures, no runtime named) so a server can pick its
+//! store from configuration and hold an `Arc<dyn Store>`.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use crate::policy::Policy;
+use crate::verdict::Verdict;
+
+/// A boxed, `Send` future, as returned by [`Store`] methods.
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// Longest client key accepted, in bytes.
+pub const MAX_KEY_LEN: usize = 1024;
+
+/// One request to decide: a client key under one or more policies.
+#[derive(Debug, Clone, Copy)]
+pub struct CheckRequest<'a> {
+    /// The policies that must all admit (all-or-nothing).
+    pub policies: &'a [Arc<Policy>],
+    /// The client key, e.g. an IP address or an API key.
+    pub key: &'a str,
+    /// The request's weight; 0 reads without consuming.
+    pub cost: u64,
+}
+
+impl<'a> CheckRequest<'a> {
+    /// A request of `cost` for `key` under `policies`.
+    pub fn new(policies: &'a [Arc<Policy>], key: &'a str, cost: u64) -> Self {
+        CheckRequest {
+            policies,
+            key,
+            cost,
+        }
+    }
+
+    /// Checks what the caller controls before any store is touched.
+    ///
+    /// ```
+    /// use std::{sync::Arc, time::Duration};
+    /// use sluicegate_core::{AlgorithmKind, CheckRequest, Policy, StoreError};
+    /// let p = Arc::new(Policy::builder("p", AlgorithmKind::Gcra, 5, Duration::from_secs(1)).build().unwrap());
+    /// let policies = [p];
+    /// assert!(CheckRequest::new(&policies, "k", 5).validate().is_ok());
+    /// assert!(matches!(
+    ///     CheckRequest::new(&policies, "k", 6).validate(),
+    ///     Err(StoreError::CostOverCapacity { .. })
+    /// ));
+    /// ```
+    pub fn validate(&self) -> Result<(), StoreError> {
+        if self.policies.is_empty() {
+            return Err(StoreError::NoPolicy);
+        }
+        if self.key.is_empty() || self.key.len() > MAX_KEY_LEN {
+            return Err(StoreError::InvalidKey(self.key.len()));
+        }
+        for (i, policy) in self.policies.iter().enumerate() {
+            if self.policies[..i].iter().any(|p| p.name() == policy.name()) {
+                return Err(StoreError::DuplicatePolicy(policy.name().to_owned()));
+            }
+            if self.cost > policy.capacity() {
+                return Err(StoreError::CostOverCapacity {
+                    policy: policy.name().to_owned(),
+                    cost: self.cost,
+                    capacity: policy.capacity(),
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Why a store could not decide.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StoreError {
+    /// The cost can never be admitted: it is over the policy's burst (buckets) or limit (windows).
+    #[error("cost {cost} can never be admitted by policy {policy:?}, whose capacity is {capacity}")]
+    CostOverCapacity {
+        /// The policy.
+        policy: String,
+        /// The requested cost.
+        cost: u64,
+        /// Its capacity.
+        capacity: u64,
+    },
+    /// The request names no policy.
+    #[error("the request names no policy")]
+    NoPolicy,
+    /// The same policy twice in one request.
+    #[error("policy {0:?} is listed twice")]
+    DuplicatePolicy(String),
+    /// Empty or over [`MAX_KEY_LEN`] bytes.
+    #[error("key must be 1 to 1024 bytes, got {0}")]
+    InvalidKey(usize),
+    /// The store did not answer within its timeout.
+    #[error("store timed out")]
+    Timeout,
+    /// The store is unreachable or failed (the circuit may be open).
+    #[error("store unavailable: {0}")]
+    Unavailable(String),
+}
+
+impl StoreError {
+    /// Whether the caller's request was at fault (a 400), rather than the store (fail open/closed).
+    pub fn is_bad_request(&self) -> bool {
+        matches!(
+            self,
+            StoreError::CostOverCapacity { .. }
+                | StoreError::NoPolicy
+                | StoreError::DuplicatePolicy(_)
+                | StoreError::InvalidKey(_)
+        )
+    }
+}
+
+/// Where limiter state lives. Every method is atomic per request: a verdict over several
+/// policies is all-or-nothing (see [`Verdict::combine`]).
+pub trait Store: Send + Sync + 'static {
+    /// Decides and, if admitted, consumes.
+    fn check<'a>(&'a self, request: CheckRequest<'a>) -> BoxFuture<'a, Result<Verdict, StoreError>>;
+
+    /// Decides many independent requests; the results are in request order. Stores that can
+    /// (Redis) send them in one round trip.
+    fn check_batch<'a>(
+        &'a self,
+        requests: &'a [CheckRequest<'a>],
+    ) -> BoxFuture<'a, Vec<Result<Verdict, StoreError>>> {
+        Box::pin(async move {
+            let mut out = Vec::with_capacity(requests.len());
+            for request in requests {
+                out.push(self.check(*request).await);
+            }
+            out
+        })
+    }
+
+    /// Gives back what an admitted request of `cost` took (a delayed request that was
+    /// cancelled before its slot came), where the algorithm allows it.
+    fn refund<'a>(
+        &'a self,
+        policies: &'a [Arc<Policy>],
+        key: &'a str,
+        cost: u64,
+    ) -> BoxFuture<'a, Result<(), StoreError>>;
+
+    /// Forgets a key's state under one policy.
+    fn reset<'a>(&'a self, policy: &'a Policy, key: &'a str) -> BoxFuture<'a, Result<(), StoreError>>;
+
+    /// Whether the store answers (for `/readyz`).
+    fn ping(&self) -> BoxFuture<'_, Result<(), StoreError>>;
+
+    /// Keys currently tracked, where the store knows cheaply (the in-memory store).
+    fn tracked_keys(&self) -> Option<u64> {
+        None
+    }
+
+    /// A short name for logs: `memory`, `redis`, `redis-cluster`.
+    fn kind(&self) -> &'static str;
+}
+
+impl<S: Store + ?Sized> Store for Arc<S> {
+    fn check<'a>(&'a self, request: CheckRequest<'a>) -> BoxFuture<'a, Result<Verdict, StoreError>> {
+        (**self).check(request)
+    }
+    fn check_batch<'a>(
+        &'a self,
+        requests: &'a [CheckRequest<'a>],
+    ) -> BoxFuture<'a, Vec<Result<Verdict, StoreError>>> {
+        (**self).check_batch(requests)
+    }
+    fn refund<'a>(
+        &'a self,
+        policies: &'a [Arc<Policy>],
+        key: &'a str,
+        cost: u64,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        (**self).refund(policies, key, cost)
+    }
+    fn reset<'a>(&'a self, policy: &'a Policy, key: &'a str) -> BoxFuture<'a, Result<(), StoreError>> {
+        (**self).reset(policy, key)
+    }
+    fn ping(&self) -> BoxFuture<'_, Result<(), StoreError>> {
+        (**self).ping()
+    }
+    fn tracked_keys(&self) -> Option<u64> {
+        (**self).tracked_keys()
+    }
+    fn kind(&self) -> &'static str {
+        (**self).kind()
+    }
+}

