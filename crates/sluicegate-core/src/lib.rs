@@ -35,4 +35,4 @@ pub use memory::MemoryStore;
 pub use policy::{AlgorithmKind, Mode, OnStoreError, Policy, PolicyError};
 pub use spec::PolicySpec;
 pub use store::{BoxFuture, CheckRequest, Store, StoreError};
-pub use verdict::{Outcome, PolicyDecision, Verdict};
+pub use verdict::{NoObserver, Outcome, PolicyDecision, Verdict, VerdictObserver};

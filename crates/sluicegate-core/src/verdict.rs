@@ -152,3 +152,28 @@ impl Verdict {
             .and_then(|d| d.decision.retry_after)
     }
 }
+
+/// Something that wants to see every verdict: metrics, the dashboard's top keys, logs.
+/// Every way in (middleware, decision API, Envoy service) calls the observer it was given
+/// once per decided request, so counting happens in one place per sink.
+pub trait VerdictObserver: Send + Sync + 'static {
+    /// Called once per decided request with its client key.
+    fn observe(&self, key: &str, verdict: &Verdict);
+}
+
+/// Observes nothing.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoObserver;
+
+impl VerdictObserver for NoObserver {
+    fn observe(&self, _key: &str, _verdict: &Verdict) {}
+}
+
+/// Fans one verdict out to several observers.
+impl VerdictObserver for Vec<Arc<dyn VerdictObserver>> {
+    fn observe(&self, key: &str, verdict: &Verdict) {
+        for observer in self {
+            observer.observe(key, verdict);
+        }
+    }
+}
