@@ -121,7 +121,8 @@ impl StoreError {
 /// policies is all-or-nothing (see [`Verdict::combine`]).
 pub trait Store: Send + Sync + 'static {
     /// Decides and, if admitted, consumes.
-    fn check<'a>(&'a self, request: CheckRequest<'a>) -> BoxFuture<'a, Result<Verdict, StoreError>>;
+    fn check<'a>(&'a self, request: CheckRequest<'a>)
+    -> BoxFuture<'a, Result<Verdict, StoreError>>;
 
     /// Decides many independent requests; the results are in request order. Stores that can
     /// (Redis) send them in one round trip.
@@ -148,7 +149,11 @@ pub trait Store: Send + Sync + 'static {
     ) -> BoxFuture<'a, Result<(), StoreError>>;
 
     /// Forgets a key's state under one policy.
-    fn reset<'a>(&'a self, policy: &'a Policy, key: &'a str) -> BoxFuture<'a, Result<(), StoreError>>;
+    fn reset<'a>(
+        &'a self,
+        policy: &'a Policy,
+        key: &'a str,
+    ) -> BoxFuture<'a, Result<(), StoreError>>;
 
     /// Whether the store answers (for `/readyz`).
     fn ping(&self) -> BoxFuture<'_, Result<(), StoreError>>;
@@ -163,7 +168,10 @@ pub trait Store: Send + Sync + 'static {
 }
 
 impl<S: Store + ?Sized> Store for Arc<S> {
-    fn check<'a>(&'a self, request: CheckRequest<'a>) -> BoxFuture<'a, Result<Verdict, StoreError>> {
+    fn check<'a>(
+        &'a self,
+        request: CheckRequest<'a>,
+    ) -> BoxFuture<'a, Result<Verdict, StoreError>> {
         (**self).check(request)
     }
     fn check_batch<'a>(
@@ -180,7 +188,11 @@ impl<S: Store + ?Sized> Store for Arc<S> {
     ) -> BoxFuture<'a, Result<(), StoreError>> {
         (**self).refund(policies, key, cost)
     }
-    fn reset<'a>(&'a self, policy: &'a Policy, key: &'a str) -> BoxFuture<'a, Result<(), StoreError>> {
+    fn reset<'a>(
+        &'a self,
+        policy: &'a Policy,
+        key: &'a str,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
         (**self).reset(policy, key)
     }
     fn ping(&self) -> BoxFuture<'_, Result<(), StoreError>> {

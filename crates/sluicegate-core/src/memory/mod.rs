@@ -127,7 +127,10 @@ impl<C: Clock> MemoryStore<C> {
 }
 
 impl<C: Clock> Store for MemoryStore<C> {
-    fn check<'a>(&'a self, request: CheckRequest<'a>) -> BoxFuture<'a, Result<Verdict, StoreError>> {
+    fn check<'a>(
+        &'a self,
+        request: CheckRequest<'a>,
+    ) -> BoxFuture<'a, Result<Verdict, StoreError>> {
         let result = self.check_now(request);
         Box::pin(std::future::ready(result))
     }
@@ -145,7 +148,11 @@ impl<C: Clock> Store for MemoryStore<C> {
         Box::pin(std::future::ready(Ok(())))
     }
 
-    fn reset<'a>(&'a self, policy: &'a Policy, key: &'a str) -> BoxFuture<'a, Result<(), StoreError>> {
+    fn reset<'a>(
+        &'a self,
+        policy: &'a Policy,
+        key: &'a str,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
         self.table(policy).remove(key);
         Box::pin(std::future::ready(Ok(())))
     }
