@@ -139,7 +139,9 @@ pub enum PolicyError {
     #[error("burst must be at least 1")]
     ZeroBurst,
     /// `mode = "delay"` on fixed_window, sliding_log or sliding_window.
-    #[error("mode \"delay\" needs token_bucket, leaky_bucket or gcra; {0} can only reject or shadow")]
+    #[error(
+        "mode \"delay\" needs token_bucket, leaky_bucket or gcra; {0} can only reject or shadow"
+    )]
     DelayOnWindow(AlgorithmKind),
     /// Not one of the six algorithm names.
     #[error(

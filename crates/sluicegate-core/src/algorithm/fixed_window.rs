@@ -29,7 +29,11 @@ impl FixedWindow {
     }
 
     fn count_at(&self, state: &FixedWindowState, window: u64) -> u64 {
-        if state.window == window { state.count } else { 0 }
+        if state.window == window {
+            state.count
+        } else {
+            0
+        }
     }
 }
 
@@ -51,7 +55,12 @@ impl Algorithm for FixedWindow {
             let reset = if used > 0 { until_end } else { 0 };
             Decision::allow(self.limit, self.limit - used, reset)
         } else {
-            Decision::deny(self.limit, self.limit.saturating_sub(count), until_end, until_end)
+            Decision::deny(
+                self.limit,
+                self.limit.saturating_sub(count),
+                until_end,
+                until_end,
+            )
         }
     }
 
@@ -70,6 +79,10 @@ impl Algorithm for FixedWindow {
     }
 
     fn idle_at(&self, state: &Self::State) -> Micros {
-        if state.count == 0 { 0 } else { (state.window + 1) * self.period }
+        if state.count == 0 {
+            0
+        } else {
+            (state.window + 1) * self.period
+        }
     }
 }

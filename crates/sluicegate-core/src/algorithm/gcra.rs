@@ -90,12 +90,7 @@ impl Algorithm for Gcra {
                 delay: wait,
                 ..Decision::allow(self.limit, 0, new_tat - now)
             },
-            _ => Decision::deny(
-                self.limit,
-                self.whole(allowance),
-                start - now,
-                wait,
-            ),
+            _ => Decision::deny(self.limit, self.whole(allowance), start - now, wait),
         }
     }
 

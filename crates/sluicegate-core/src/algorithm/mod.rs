@@ -124,4 +124,3 @@ macro_rules! with_algorithm {
         }
     }};
 }
-

@@ -99,7 +99,9 @@ impl Algorithm for SlidingLog {
 
     fn refund(&self, state: &mut Self::State, _now: Micros, mut cost: u64) {
         while cost > 0 {
-            let Some(back) = state.entries.back_mut() else { return };
+            let Some(back) = state.entries.back_mut() else {
+                return;
+            };
             let take = back.1.min(cost);
             back.1 -= take;
             state.total -= take;

@@ -102,7 +102,12 @@ impl Algorithm for SlidingWindow {
             // In the next window, where today's count becomes the weighted one.
             start + self.period + self.elapsed_needed(current, self.limit - cost)
         };
-        Decision::deny(self.limit, fits, reset_for(current), retry_at.saturating_sub(now))
+        Decision::deny(
+            self.limit,
+            fits,
+            reset_for(current),
+            retry_at.saturating_sub(now),
+        )
     }
 
     fn consume(&self, state: &mut Self::State, now: Micros, cost: u64) {
