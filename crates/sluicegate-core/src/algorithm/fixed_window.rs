@@ -50,8 +50,8 @@ impl Algorithm for FixedWindow {
         let window = now / self.period;
         let until_end = (window + 1) * self.period - now;
         let count = self.count_at(state, window);
-        if count + cost <= self.limit {
-            let used = count + cost;
+        let used = count.saturating_add(cost);
+        if used <= self.limit {
             let reset = if used > 0 { until_end } else { 0 };
             Decision::allow(self.limit, self.limit - used, reset)
         } else {
@@ -65,11 +65,14 @@ impl Algorithm for FixedWindow {
     }
 
     fn consume(&self, state: &mut Self::State, now: Micros, cost: u64) {
+        if cost == 0 {
+            return;
+        }
         let window = now / self.period;
         if state.window != window {
             *state = FixedWindowState { window, count: 0 };
         }
-        state.count += cost;
+        state.count = state.count.saturating_add(cost);
     }
 
     fn refund(&self, state: &mut Self::State, now: Micros, cost: u64) {
