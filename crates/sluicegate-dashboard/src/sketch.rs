@@ -87,7 +87,7 @@ impl<K: Hash + Eq + Clone> SpaceSaving<K> {
     /// The `n` largest counters, largest first.
     pub fn top(&self, n: usize) -> Vec<&Counter<K>> {
         let mut all: Vec<&Counter<K>> = self.heap.iter().collect();
-        all.sort_by(|a, b| b.count.cmp(&a.count));
+        all.sort_by_key(|c| std::cmp::Reverse(c.count));
         all.truncate(n);
         all
     }
