@@ -159,7 +159,7 @@ impl RateLimiter {
     /// Decides a request on `route` for an already formed client `key`.
     pub async fn check_key(&self, route: &Route, key: String) -> RateLimitDecision {
         let policies = route.policies();
-        let request = CheckRequest::new(policies, &key, 1);
+        let request = CheckRequest::new(policies, &key, COST);
         let result = match self.store_timeout {
             Some(limit) => tokio::time::timeout(limit, self.store.check(request))
                 .await
@@ -167,7 +167,7 @@ impl RateLimiter {
             None => self.store.check(request).await,
         };
         let verdict = match result {
-            Ok(verdict) => verdict,
+            Ok(verdict) => unconsumed_remaining(verdict, COST),
             Err(error) => {
                 self.warn_store_error(&error);
                 Verdict::store_failed(policies)
@@ -208,6 +208,22 @@ impl RateLimiter {
         }
     }
 }
+
+/// A policy's `remaining` assumes its decision is carried out; when another policy
+/// rejects the request nothing is consumed, so the admitting ones still have `cost` more.
+fn unconsumed_remaining(mut verdict: Verdict, cost: u64) -> Verdict {
+    if !verdict.allowed {
+        for d in &mut verdict.decisions {
+            if d.decision.allowed {
+                d.decision.remaining = d.decision.remaining.saturating_add(cost);
+            }
+        }
+    }
+    verdict
+}
+
+/// Every HTTP request weighs one.
+const COST: u64 = 1;
 
 /// What the limiter decided for one request. It has already been counted and observed.
 ///
