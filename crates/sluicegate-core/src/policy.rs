@@ -139,7 +139,9 @@ pub enum PolicyError {
     #[error("burst must be at least 1")]
     ZeroBurst,
     /// `mode = "delay"` on fixed_window, sliding_log or sliding_window.
-    #[error("mode \"delay\" needs token_bucket, leaky_bucket or gcra; {0} can only reject or shadow")]
+    #[error(
+        "mode \"delay\" needs token_bucket, leaky_bucket or gcra; {0} can only reject or shadow"
+    )]
     DelayOnWindow(AlgorithmKind),
     /// Not one of the six algorithm names.
     #[error(
@@ -150,7 +152,9 @@ pub enum PolicyError {
     #[error("invalid duration {0:?}: {1} (write e.g. 250ms, 1s, 1m, 1h, 1d)")]
     InvalidDuration(String, String),
     /// The numbers overflow the 64-bit fixed-point arithmetic of the buckets.
-    #[error("{0} is too large: burst × period (in µs) and limit × max_delay must stay under 2^62")]
+    #[error(
+        "{0} is too large: for token_bucket, leaky_bucket and gcra, burst × period (in µs) and, in delay mode, limit × max_delay must stay under 2^62"
+    )]
     TooLarge(&'static str),
 }
 
@@ -309,11 +313,12 @@ impl PolicyBuilder {
         if p.mode == Mode::Delay && !p.algorithm.supports_delay() {
             return Err(PolicyError::DelayOnWindow(p.algorithm));
         }
+        // Only the buckets keep scaled products in 64 bits; the windows compute in 128 bits.
         let scaled = |a: u64, b: u64| u128::from(a) * u128::from(b) < FIXED_POINT_BOUND;
-        if !scaled(p.burst, p.period) || !scaled(p.limit, p.period) {
-            return Err(PolicyError::TooLarge("limit or burst × period"));
+        if p.algorithm.uses_burst() && !scaled(p.burst, p.period) {
+            return Err(PolicyError::TooLarge("burst × period"));
         }
-        if !scaled(p.limit, p.max_delay) {
+        if p.mode == Mode::Delay && !scaled(p.limit, p.max_delay) {
             return Err(PolicyError::TooLarge("limit × max_delay"));
         }
         Ok(p)

@@ -74,6 +74,69 @@ impl<'a> CheckRequest<'a> {
     }
 }
 
+/// One policy's part of a keyed check: the policy, the key its state is kept under, and the
+/// cost to take from it. See [`Store::check_keyed`].
+///
+/// A [`CheckRequest`] puts every policy under one client key and one cost, which is what the
+/// HTTP routes need. The Envoy rate limit service needs more: one request carries several
+/// descriptors, each with its own key (its entry values) and possibly its own `hits_addend`,
+/// and they must still be admitted all-or-nothing in one store call.
+#[derive(Debug, Clone, Copy)]
+pub struct KeyedCheck<'a> {
+    /// The policy.
+    pub policy: &'a Arc<Policy>,
+    /// The key of this policy's state.
+    pub key: &'a str,
+    /// The cost taken from this policy; 0 reads without consuming.
+    pub cost: u64,
+}
+
+impl<'a> KeyedCheck<'a> {
+    /// `cost` of `policy` under `key`.
+    pub fn new(policy: &'a Arc<Policy>, key: &'a str, cost: u64) -> Self {
+        KeyedCheck { policy, key, cost }
+    }
+
+    /// Checks what the caller controls before any store is touched: at least one item,
+    /// valid keys, each policy at most once, and every cost within its policy's capacity.
+    ///
+    /// ```
+    /// use std::{sync::Arc, time::Duration};
+    /// use sluicegate_core::{AlgorithmKind, KeyedCheck, Policy, StoreError};
+    /// let p = Arc::new(Policy::builder("p", AlgorithmKind::Gcra, 5, Duration::from_secs(1)).build().unwrap());
+    /// let q = Arc::new(Policy::builder("q", AlgorithmKind::Gcra, 5, Duration::from_secs(1)).build().unwrap());
+    /// assert!(KeyedCheck::validate_all(&[KeyedCheck::new(&p, "a", 1), KeyedCheck::new(&q, "b", 5)]).is_ok());
+    /// assert!(matches!(
+    ///     KeyedCheck::validate_all(&[KeyedCheck::new(&p, "a", 1), KeyedCheck::new(&p, "b", 1)]),
+    ///     Err(StoreError::DuplicatePolicy(_))
+    /// ));
+    /// ```
+    pub fn validate_all(items: &[KeyedCheck<'_>]) -> Result<(), StoreError> {
+        if items.is_empty() {
+            return Err(StoreError::NoPolicy);
+        }
+        for (i, item) in items.iter().enumerate() {
+            if item.key.is_empty() || item.key.len() > MAX_KEY_LEN {
+                return Err(StoreError::InvalidKey(item.key.len()));
+            }
+            if items[..i]
+                .iter()
+                .any(|o| o.policy.name() == item.policy.name())
+            {
+                return Err(StoreError::DuplicatePolicy(item.policy.name().to_owned()));
+            }
+            if item.cost > item.policy.capacity() {
+                return Err(StoreError::CostOverCapacity {
+                    policy: item.policy.name().to_owned(),
+                    cost: item.cost,
+                    capacity: item.policy.capacity(),
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
 /// Why a store could not decide.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum StoreError {
@@ -121,7 +184,8 @@ impl StoreError {
 /// policies is all-or-nothing (see [`Verdict::combine`]).
 pub trait Store: Send + Sync + 'static {
     /// Decides and, if admitted, consumes.
-    fn check<'a>(&'a self, request: CheckRequest<'a>) -> BoxFuture<'a, Result<Verdict, StoreError>>;
+    fn check<'a>(&'a self, request: CheckRequest<'a>)
+    -> BoxFuture<'a, Result<Verdict, StoreError>>;
 
     /// Decides many independent requests; the results are in request order. Stores that can
     /// (Redis) send them in one round trip.
@@ -138,6 +202,35 @@ pub trait Store: Send + Sync + 'static {
         })
     }
 
+    /// Decides and, if admitted, consumes, like [`Store::check`], but each policy with its own
+    /// key and cost: all-or-nothing over every item (a denial consumes from none), in one
+    /// atomic step. The verdict's decisions are in item order.
+    ///
+    /// The default implementation handles items that share one key and one cost (by
+    /// [`Store::check`]) and answers [`StoreError::Unavailable`] otherwise; stores that can
+    /// do better override it (the in-memory store does).
+    fn check_keyed<'a>(
+        &'a self,
+        items: &'a [KeyedCheck<'a>],
+    ) -> BoxFuture<'a, Result<Verdict, StoreError>> {
+        Box::pin(async move {
+            KeyedCheck::validate_all(items)?;
+            let first = items[0];
+            if items
+                .iter()
+                .any(|i| i.key != first.key || i.cost != first.cost)
+            {
+                return Err(StoreError::Unavailable(format!(
+                    "the {} store cannot check several keys in one atomic step",
+                    self.kind()
+                )));
+            }
+            let policies: Vec<Arc<Policy>> = items.iter().map(|i| Arc::clone(i.policy)).collect();
+            self.check(CheckRequest::new(&policies, first.key, first.cost))
+                .await
+        })
+    }
+
     /// Gives back what an admitted request of `cost` took (a delayed request that was
     /// cancelled before its slot came), where the algorithm allows it.
     fn refund<'a>(
@@ -148,7 +241,11 @@ pub trait Store: Send + Sync + 'static {
     ) -> BoxFuture<'a, Result<(), StoreError>>;
 
     /// Forgets a key's state under one policy.
-    fn reset<'a>(&'a self, policy: &'a Policy, key: &'a str) -> BoxFuture<'a, Result<(), StoreError>>;
+    fn reset<'a>(
+        &'a self,
+        policy: &'a Policy,
+        key: &'a str,
+    ) -> BoxFuture<'a, Result<(), StoreError>>;
 
     /// Whether the store answers (for `/readyz`).
     fn ping(&self) -> BoxFuture<'_, Result<(), StoreError>>;
@@ -163,7 +260,10 @@ pub trait Store: Send + Sync + 'static {
 }
 
 impl<S: Store + ?Sized> Store for Arc<S> {
-    fn check<'a>(&'a self, request: CheckRequest<'a>) -> BoxFuture<'a, Result<Verdict, StoreError>> {
+    fn check<'a>(
+        &'a self,
+        request: CheckRequest<'a>,
+    ) -> BoxFuture<'a, Result<Verdict, StoreError>> {
         (**self).check(request)
     }
     fn check_batch<'a>(
@@ -171,6 +271,12 @@ impl<S: Store + ?Sized> Store for Arc<S> {
         requests: &'a [CheckRequest<'a>],
     ) -> BoxFuture<'a, Vec<Result<Verdict, StoreError>>> {
         (**self).check_batch(requests)
+    }
+    fn check_keyed<'a>(
+        &'a self,
+        items: &'a [KeyedCheck<'a>],
+    ) -> BoxFuture<'a, Result<Verdict, StoreError>> {
+        (**self).check_keyed(items)
     }
     fn refund<'a>(
         &'a self,
@@ -180,7 +286,11 @@ impl<S: Store + ?Sized> Store for Arc<S> {
     ) -> BoxFuture<'a, Result<(), StoreError>> {
         (**self).refund(policies, key, cost)
     }
-    fn reset<'a>(&'a self, policy: &'a Policy, key: &'a str) -> BoxFuture<'a, Result<(), StoreError>> {
+    fn reset<'a>(
+        &'a self,
+        policy: &'a Policy,
+        key: &'a str,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
         (**self).reset(policy, key)
     }
     fn ping(&self) -> BoxFuture<'_, Result<(), StoreError>> {

@@ -68,9 +68,7 @@ impl Verdict {
     /// Returns the verdict and, per policy, whether the store must consume from it.
     pub fn combine(decided: Vec<(Arc<Policy>, Decision)>) -> (Verdict, Vec<bool>) {
         let enforcing = |p: &Policy| p.mode() != Mode::Shadow;
-        let allowed = decided
-            .iter()
-            .all(|(p, d)| d.allowed || !enforcing(p));
+        let allowed = decided.iter().all(|(p, d)| d.allowed || !enforcing(p));
         let delay = if allowed {
             decided.iter().map(|(_, d)| d.delay).max().unwrap_or(0)
         } else {
@@ -118,7 +116,8 @@ impl Verdict {
                     limit: policy.limit(),
                     remaining: 0,
                     reset_after: 0,
-                    retry_after: (policy.on_store_error() == OnStoreError::Deny).then_some(1_000_000),
+                    retry_after: (policy.on_store_error() == OnStoreError::Deny)
+                        .then_some(1_000_000),
                     delay: 0,
                 },
                 policy: Arc::clone(policy),

@@ -1,1 +1,52 @@
-//! placeholder
+//! Sluicegate as HTTP middleware: a tower [`RateLimitLayer`] for axum, hyper and tonic
+//! services, and the [`RateLimiter`] engine behind it, which the `sluicegate` server's
+//! forward-auth endpoint and reverse-proxy gateway use too.
+//!
+//! - [`route`]: which requests are limited ([`RouteSpec`] = a `[[routes]]` table; the
+//!   longest path prefix wins; methods and exact header conditions select tiers).
+//! - [`identity`]: the client IP behind trusted proxies ([`ClientIdentity`]) and the
+//!   client key of a route (`ip`, `header:<name>`, `global`, or your [`KeyExtractor`]).
+//! - [`headers`]: the `draft-6`, `ietf` (Structured Fields) and `legacy` rate-limit
+//!   headers, `Retry-After`, and the 429 JSON response.
+//! - [`RateLimiter`]: route → key → store → `on_store_error` → observer → decision;
+//!   delay mode waits without holding a thread and refunds a cancelled request's slot.
+//! - [`MetricsObserver`]: `sluicegate_decisions_total{policy, outcome}`.
+//!
+//! It is not a store (see `sluicegate-core`'s `MemoryStore` and `sluicegate-redis`) and does
+//! not parse configuration files: it takes the spec types the server's TOML deserialises to.
+//!
+//! ```
+//! use std::{sync::Arc, time::Duration};
+//! use axum::{Router, routing::get};
+//! use sluicegate_core::{AlgorithmKind, MemoryStore, Policy};
+//! use sluicegate_middleware::{RateLimitLayer, RateLimiter, RouteSpec};
+//!
+//! let limiter = RateLimiter::builder(Arc::new(MemoryStore::new(100_000)))
+//!     .policy(Policy::builder("auth", AlgorithmKind::TokenBucket, 10, Duration::from_secs(60)).build()?)
+//!     .policy(Policy::builder("api", AlgorithmKind::TokenBucket, 100, Duration::from_secs(60)).build()?)
+//!     .route(RouteSpec::new("/api/auth", &["auth"]))
+//!     .route(RouteSpec::new("/api", &["api"]))
+//!     .build()?;
+//! let app: Router = Router::new()
+//!     .route("/api/auth/login", get(|| async { "welcome" }))
+//!     .layer(RateLimitLayer::new(limiter));
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+pub mod builder;
+pub mod handle;
+pub mod headers;
+pub mod identity;
+pub mod layer;
+pub mod limiter;
+pub mod metrics;
+pub mod route;
+
+pub use builder::{BuildError, RateLimiterBuilder};
+pub use handle::LimiterHandle;
+pub use headers::{HeaderSet, RejectionBody};
+pub use identity::{ClientIdentity, KeyContext, KeyExtractor, RouteKey};
+pub use layer::{PeerAddr, RateLimitLayer, RateLimitService};
+pub use limiter::{RateLimitDecision, RateLimiter};
+pub use metrics::MetricsObserver;
+pub use route::{KeySpec, Route, RouteError, RouteSpec, RouteTable};

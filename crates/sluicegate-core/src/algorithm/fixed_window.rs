@@ -29,7 +29,11 @@ impl FixedWindow {
     }
 
     fn count_at(&self, state: &FixedWindowState, window: u64) -> u64 {
-        if state.window == window { state.count } else { 0 }
+        if state.window == window {
+            state.count
+        } else {
+            0
+        }
     }
 }
 
@@ -46,21 +50,29 @@ impl Algorithm for FixedWindow {
         let window = now / self.period;
         let until_end = (window + 1) * self.period - now;
         let count = self.count_at(state, window);
-        if count + cost <= self.limit {
-            let used = count + cost;
+        let used = count.saturating_add(cost);
+        if used <= self.limit {
             let reset = if used > 0 { until_end } else { 0 };
             Decision::allow(self.limit, self.limit - used, reset)
         } else {
-            Decision::deny(self.limit, self.limit.saturating_sub(count), until_end, until_end)
+            Decision::deny(
+                self.limit,
+                self.limit.saturating_sub(count),
+                until_end,
+                until_end,
+            )
         }
     }
 
     fn consume(&self, state: &mut Self::State, now: Micros, cost: u64) {
+        if cost == 0 {
+            return;
+        }
         let window = now / self.period;
         if state.window != window {
             *state = FixedWindowState { window, count: 0 };
         }
-        state.count += cost;
+        state.count = state.count.saturating_add(cost);
     }
 
     fn refund(&self, state: &mut Self::State, now: Micros, cost: u64) {
@@ -70,6 +82,10 @@ impl Algorithm for FixedWindow {
     }
 
     fn idle_at(&self, state: &Self::State) -> Micros {
-        if state.count == 0 { 0 } else { (state.window + 1) * self.period }
+        if state.count == 0 {
+            0
+        } else {
+            (state.window + 1) * self.period
+        }
     }
 }

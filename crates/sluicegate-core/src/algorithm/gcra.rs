@@ -80,7 +80,8 @@ impl Algorithm for Gcra {
         let allowance = self.allowance(start, now);
         let need = i128::from(cost) * i128::from(self.period);
         let new_tat = start + self.interval(cost);
-        if need <= allowance {
+        // A read (cost 0) is always admitted, even while delayed requests keep the TAT ahead.
+        if need <= allowance || cost == 0 {
             let left = self.allowance(new_tat, now);
             return Decision::allow(self.limit, self.whole(left), new_tat - now);
         }
@@ -90,20 +91,27 @@ impl Algorithm for Gcra {
                 delay: wait,
                 ..Decision::allow(self.limit, 0, new_tat - now)
             },
+            // In delay mode the request is admitted (delayed) as soon as its wait fits the budget.
             _ => Decision::deny(
                 self.limit,
                 self.whole(allowance),
                 start - now,
-                wait,
+                wait - max_delay.unwrap_or(0),
             ),
         }
     }
 
     fn consume(&self, state: &mut Self::State, now: Micros, cost: u64) {
+        if cost == 0 {
+            return;
+        }
         state.tat = state.tat.max(now) + self.interval(cost);
     }
 
     fn refund(&self, state: &mut Self::State, _now: Micros, cost: u64) {
+        if cost == 0 {
+            return;
+        }
         state.tat = state.tat.saturating_sub(self.interval(cost));
     }
 

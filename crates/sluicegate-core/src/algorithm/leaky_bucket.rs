@@ -100,12 +100,18 @@ impl Algorithm for LeakyBucket {
     }
 
     fn consume(&self, state: &mut Self::State, now: Micros, cost: u64) {
+        if cost == 0 {
+            return;
+        }
         let after = self.level_at(state, now) + u128::from(cost) * u128::from(self.period);
         state.level = sat(after);
         state.last = now.max(state.last);
     }
 
     fn refund(&self, state: &mut Self::State, now: Micros, cost: u64) {
+        if cost == 0 {
+            return;
+        }
         let level = self
             .level_at(state, now)
             .saturating_sub(u128::from(cost) * u128::from(self.period));

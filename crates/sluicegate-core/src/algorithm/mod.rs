@@ -48,7 +48,8 @@ pub trait Algorithm: Send + Sync + 'static {
     /// Decides a request of `cost` at `now` without changing `state`.
     ///
     /// `max_delay` is `Some(budget)` in delay mode: a request over the limit whose slot
-    /// comes within `budget` is admitted with [`Decision::delay`] set. `cost` 0 only reads.
+    /// comes within `budget` is admitted with [`Decision::delay`] set. `cost` 0 only reads:
+    /// it is always admitted, without delay, and reports `remaining` and `reset_after`.
     /// The caller guarantees `cost <= capacity` (see [`Policy::capacity`]).
     fn evaluate(
         &self,
@@ -59,6 +60,7 @@ pub trait Algorithm: Send + Sync + 'static {
     ) -> Decision;
 
     /// Records an admitted request: must follow an `evaluate` at the same `now` that allowed it.
+    /// `cost` 0 changes nothing.
     fn consume(&self, state: &mut Self::State, now: Micros, cost: u64);
 
     /// Gives back what an admitted request took, when it was cancelled before its slot came.
@@ -124,4 +126,3 @@ macro_rules! with_algorithm {
         }
     }};
 }
-

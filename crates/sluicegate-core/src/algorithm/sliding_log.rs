@@ -58,7 +58,7 @@ impl Algorithm for SlidingLog {
     fn evaluate(&self, state: &Self::State, now: Micros, cost: u64, _: Option<Micros>) -> Decision {
         let used = state.total - self.expired_cost(state, now);
         let newest = state.entries.back().map(|(at, _)| *at);
-        if used + cost <= self.limit {
+        if used.saturating_add(cost) <= self.limit {
             let reset = if cost > 0 {
                 self.period
             } else {
@@ -81,15 +81,15 @@ impl Algorithm for SlidingLog {
     }
 
     fn consume(&self, state: &mut Self::State, now: Micros, cost: u64) {
+        if cost == 0 {
+            return;
+        }
         while let Some(&(at, entry_cost)) = state.entries.front() {
             if self.live(at, now) {
                 break;
             }
             state.entries.pop_front();
             state.total -= entry_cost;
-        }
-        if cost == 0 {
-            return;
         }
         // A clock that stepped back must not break the time order the scan relies on.
         let at = state.entries.back().map_or(now, |(last, _)| now.max(*last));
@@ -99,7 +99,9 @@ impl Algorithm for SlidingLog {
 
     fn refund(&self, state: &mut Self::State, _now: Micros, mut cost: u64) {
         while cost > 0 {
-            let Some(back) = state.entries.back_mut() else { return };
+            let Some(back) = state.entries.back_mut() else {
+                return;
+            };
             let take = back.1.min(cost);
             back.1 -= take;
             state.total -= take;

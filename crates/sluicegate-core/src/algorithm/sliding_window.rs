@@ -93,25 +93,37 @@ impl Algorithm for SlidingWindow {
             }
         };
         if cost <= fits {
-            return Decision::allow(self.limit, fits - cost, reset_for(current + cost));
+            return Decision::allow(
+                self.limit,
+                fits - cost,
+                reset_for(current.saturating_add(cost)),
+            );
         }
-        let retry_at = if current + cost <= self.limit {
+        let retry_at = if current.saturating_add(cost) <= self.limit {
             // Later in this window, once the previous window's weight has faded enough.
             start + self.elapsed_needed(previous, self.limit - current - cost)
         } else {
             // In the next window, where today's count becomes the weighted one.
             start + self.period + self.elapsed_needed(current, self.limit - cost)
         };
-        Decision::deny(self.limit, fits, reset_for(current), retry_at.saturating_sub(now))
+        Decision::deny(
+            self.limit,
+            fits,
+            reset_for(current),
+            retry_at.saturating_sub(now),
+        )
     }
 
     fn consume(&self, state: &mut Self::State, now: Micros, cost: u64) {
+        if cost == 0 {
+            return;
+        }
         let window = now / self.period;
         let (previous, current) = Self::at_window(state, window);
         *state = SlidingWindowState {
             window,
             previous,
-            current: current + cost,
+            current: current.saturating_add(cost),
         };
     }
 

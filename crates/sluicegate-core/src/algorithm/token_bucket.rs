@@ -86,7 +86,8 @@ impl Algorithm for TokenBucket {
         let tokens = self.tokens_at(state, now);
         let after = tokens - i128::from(cost) * i128::from(self.period);
         let reset = self.refill_time(self.capacity() - after);
-        if after >= 0 {
+        // A read (cost 0) is always admitted, even while delayed requests keep the bucket in debt.
+        if after >= 0 || cost == 0 {
             return Decision::allow(self.limit, self.whole(after), reset);
         }
         let wait = self.refill_time(-after);
@@ -95,16 +96,20 @@ impl Algorithm for TokenBucket {
                 delay: wait,
                 ..Decision::allow(self.limit, 0, reset)
             },
+            // In delay mode the request is admitted (delayed) as soon as its wait fits the budget.
             _ => Decision::deny(
                 self.limit,
                 self.whole(tokens),
                 self.refill_time(self.capacity() - tokens),
-                wait,
+                wait - max_delay.unwrap_or(0),
             ),
         }
     }
 
     fn consume(&self, state: &mut Self::State, now: Micros, cost: u64) {
+        if cost == 0 {
+            return;
+        }
         let tokens = self.tokens_at(state, now) - i128::from(cost) * i128::from(self.period);
         // Policy validation bounds burst × period and limit × max_delay below 2^62.
         state.tokens = i64::try_from(tokens).unwrap_or(i64::MIN);
@@ -112,6 +117,9 @@ impl Algorithm for TokenBucket {
     }
 
     fn refund(&self, state: &mut Self::State, now: Micros, cost: u64) {
+        if cost == 0 || state.last == 0 {
+            return;
+        }
         let tokens = (self.tokens_at(state, now) + i128::from(cost) * i128::from(self.period))
             .min(self.capacity());
         state.tokens = i64::try_from(tokens).unwrap_or(i64::MAX);

@@ -12,7 +12,7 @@ use parking_lot::RwLock;
 
 use crate::clock::{Clock, SystemClock};
 use crate::policy::Policy;
-use crate::store::{BoxFuture, CheckRequest, Store, StoreError};
+use crate::store::{BoxFuture, CheckRequest, KeyedCheck, Store, StoreError};
 use crate::verdict::Verdict;
 
 pub use table::{KeyedLimiter, PolicyTable};
@@ -85,26 +85,42 @@ impl<C: Clock> MemoryStore<C> {
     /// Decides synchronously (the store never waits on I/O).
     pub fn check_now(&self, request: CheckRequest<'_>) -> Result<Verdict, StoreError> {
         request.validate()?;
-        let now = self.clock.now();
-        let mut tables: Vec<(usize, Arc<dyn PolicyTable>)> = request
+        let items: Vec<KeyedCheck<'_>> = request
             .policies
             .iter()
+            .map(|policy| KeyedCheck::new(policy, request.key, request.cost))
+            .collect();
+        self.decide(&items)
+    }
+
+    /// [`Store::check_keyed`], synchronously: each policy under its own key and cost.
+    pub fn check_keyed_now(&self, items: &[KeyedCheck<'_>]) -> Result<Verdict, StoreError> {
+        KeyedCheck::validate_all(items)?;
+        self.decide(items)
+    }
+
+    /// The all-or-nothing step over validated items (each policy at most once).
+    fn decide(&self, items: &[KeyedCheck<'_>]) -> Result<Verdict, StoreError> {
+        let now = self.clock.now();
+        let mut tables: Vec<(usize, Arc<dyn PolicyTable>)> = items
+            .iter()
             .enumerate()
-            .map(|(i, p)| (i, self.table(p)))
+            .map(|(i, item)| (i, self.table(item.policy)))
             .collect();
         // Lock in one global order (table address) so concurrent multi-policy checks cannot deadlock.
         tables.sort_by_key(|(_, t)| Arc::as_ptr(t) as *const () as usize);
         let mut prepared: Vec<(usize, Box<dyn table::Prepared + '_>)> = tables
             .iter()
             .map(|(i, t)| {
-                let budget = request.policies[*i].delay_budget();
-                (*i, t.prepare(request.key, now, request.cost, budget))
+                let item = &items[*i];
+                let budget = item.policy.delay_budget();
+                (*i, t.prepare(item.key, now, item.cost, budget))
             })
             .collect();
         prepared.sort_by_key(|(i, _)| *i);
         let decided = prepared
             .iter()
-            .map(|(i, p)| (Arc::clone(&request.policies[*i]), p.decision()))
+            .map(|(i, p)| (Arc::clone(items[*i].policy), p.decision()))
             .collect();
         let (verdict, consume) = Verdict::combine(decided);
         for ((_, p), consume) in prepared.into_iter().zip(consume) {
@@ -127,8 +143,19 @@ impl<C: Clock> MemoryStore<C> {
 }
 
 impl<C: Clock> Store for MemoryStore<C> {
-    fn check<'a>(&'a self, request: CheckRequest<'a>) -> BoxFuture<'a, Result<Verdict, StoreError>> {
+    fn check<'a>(
+        &'a self,
+        request: CheckRequest<'a>,
+    ) -> BoxFuture<'a, Result<Verdict, StoreError>> {
         let result = self.check_now(request);
+        Box::pin(std::future::ready(result))
+    }
+
+    fn check_keyed<'a>(
+        &'a self,
+        items: &'a [KeyedCheck<'a>],
+    ) -> BoxFuture<'a, Result<Verdict, StoreError>> {
+        let result = self.check_keyed_now(items);
         Box::pin(std::future::ready(result))
     }
 
@@ -145,7 +172,11 @@ impl<C: Clock> Store for MemoryStore<C> {
         Box::pin(std::future::ready(Ok(())))
     }
 
-    fn reset<'a>(&'a self, policy: &'a Policy, key: &'a str) -> BoxFuture<'a, Result<(), StoreError>> {
+    fn reset<'a>(
+        &'a self,
+        policy: &'a Policy,
+        key: &'a str,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
         self.table(policy).remove(key);
         Box::pin(std::future::ready(Ok(())))
     }

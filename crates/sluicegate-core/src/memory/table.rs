@@ -68,7 +68,9 @@ impl<A: Algorithm> KeyedLimiter<A> {
     pub fn check(&self, key: &str, now: Micros, cost: u64) -> Decision {
         let mut shard = self.shard(key).lock();
         let state = shard.entry(key.into()).or_default();
-        let decision = self.algorithm.evaluate(state, now, cost, self.policy.delay_budget());
+        let decision = self
+            .algorithm
+            .evaluate(state, now, cost, self.policy.delay_budget());
         if decision.allowed {
             self.algorithm.consume(state, now, cost);
         }
@@ -108,9 +110,9 @@ impl<A: Algorithm> PolicyTable for KeyedLimiter<A> {
     ) -> Box<dyn Prepared + 'a> {
         let guard = self.shard(key).lock();
         let fresh = A::State::default();
-        let decision = self
-            .algorithm
-            .evaluate(guard.get(key).unwrap_or(&fresh), now, cost, max_delay);
+        let decision =
+            self.algorithm
+                .evaluate(guard.get(key).unwrap_or(&fresh), now, cost, max_delay);
         Box::new(PreparedCheck {
             guard,
             algorithm: &self.algorithm,

@@ -1,0 +1,126 @@
+//! `Store::check_keyed`: several policies, each under its own key and cost, all-or-nothing.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use sluicegate_core::{
+    AlgorithmKind, BoxFuture, CheckRequest, KeyedCheck, ManualClock, MemoryStore, Policy, Store,
+    StoreError, Verdict,
+};
+
+fn policy(name: &str, limit: u64) -> Arc<Policy> {
+    Arc::new(
+        Policy::builder(
+            name,
+            AlgorithmKind::FixedWindow,
+            limit,
+            Duration::from_secs(60),
+        )
+        .build()
+        .unwrap(),
+    )
+}
+
+#[test]
+fn a_denial_under_one_key_consumes_nothing_under_the_others() {
+    let store = MemoryStore::with_clock(1000, ManualClock::new(120_000_000));
+    let per_ip = policy("per_ip", 5);
+    let per_path = policy("per_path", 1);
+    let both = [
+        KeyedCheck::new(&per_ip, "10.0.0.1", 1),
+        KeyedCheck::new(&per_path, "/login", 1),
+    ];
+    assert!(store.check_keyed_now(&both).unwrap().allowed);
+    let denied = store.check_keyed_now(&both).unwrap();
+    assert!(!denied.allowed);
+    assert!(denied.decisions[0].decision.allowed);
+    assert!(!denied.decisions[1].decision.allowed);
+    // per_ip took one request only: 4 remain under 10.0.0.1, 5 under another key.
+    let peek = store
+        .check_keyed_now(&[KeyedCheck::new(&per_ip, "10.0.0.1", 0)])
+        .unwrap();
+    assert_eq!(peek.decisions[0].decision.remaining, 4);
+    let other = store
+        .check_keyed_now(&[KeyedCheck::new(&per_ip, "10.0.0.2", 0)])
+        .unwrap();
+    assert_eq!(other.decisions[0].decision.remaining, 5);
+}
+
+#[test]
+fn costs_are_per_item_and_validated() {
+    let store = MemoryStore::with_clock(1000, ManualClock::new(120_000_000));
+    let a = policy("a", 10);
+    let b = policy("b", 3);
+    let v = store
+        .check_keyed_now(&[KeyedCheck::new(&a, "k", 7), KeyedCheck::new(&b, "k", 2)])
+        .unwrap();
+    assert_eq!(v.decisions[0].decision.remaining, 3);
+    assert_eq!(v.decisions[1].decision.remaining, 1);
+    assert!(matches!(
+        store.check_keyed_now(&[KeyedCheck::new(&b, "k", 4)]),
+        Err(StoreError::CostOverCapacity { .. })
+    ));
+    assert!(matches!(
+        store.check_keyed_now(&[KeyedCheck::new(&a, "x", 1), KeyedCheck::new(&a, "y", 1)]),
+        Err(StoreError::DuplicatePolicy(_))
+    ));
+}
+
+/// A store that only implements `check`: the default `check_keyed` serves shared keys and
+/// refuses mixed ones rather than checking them non-atomically.
+struct OnlyCheck(MemoryStore<ManualClock>);
+
+impl Store for OnlyCheck {
+    fn check<'a>(
+        &'a self,
+        request: CheckRequest<'a>,
+    ) -> BoxFuture<'a, Result<Verdict, StoreError>> {
+        self.0.check(request)
+    }
+    fn refund<'a>(
+        &'a self,
+        policies: &'a [Arc<Policy>],
+        key: &'a str,
+        cost: u64,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        self.0.refund(policies, key, cost)
+    }
+    fn reset<'a>(
+        &'a self,
+        policy: &'a Policy,
+        key: &'a str,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        self.0.reset(policy, key)
+    }
+    fn ping(&self) -> BoxFuture<'_, Result<(), StoreError>> {
+        self.0.ping()
+    }
+    fn kind(&self) -> &'static str {
+        "only-check"
+    }
+}
+
+#[test]
+fn the_default_check_keyed_refuses_mixed_keys() {
+    let store = OnlyCheck(MemoryStore::with_clock(1000, ManualClock::new(0)));
+    let a = policy("a", 10);
+    let b = policy("b", 10);
+    let same = [KeyedCheck::new(&a, "k", 1), KeyedCheck::new(&b, "k", 1)];
+    let mixed = [KeyedCheck::new(&a, "k", 1), KeyedCheck::new(&b, "j", 1)];
+    let run = |items| futures_lite_block_on(store.check_keyed(items));
+    assert!(run(&same).unwrap().allowed);
+    assert!(matches!(run(&mixed), Err(StoreError::Unavailable(_))));
+}
+
+/// The stores' futures here are ready at once; poll once without a runtime.
+fn futures_lite_block_on<T>(future: BoxFuture<'_, T>) -> T {
+    use std::task::{Context, Poll, Waker};
+    let mut future = future;
+    match future
+        .as_mut()
+        .poll(&mut Context::from_waker(Waker::noop()))
+    {
+        Poll::Ready(value) => value,
+        Poll::Pending => panic!("the in-memory store's future is always ready"),
+    }
+}

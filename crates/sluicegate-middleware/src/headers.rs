@@ -1,0 +1,372 @@
+//! The rate-limit headers of admitted and rejected responses, and the 429 response.
+//!
+//! Three sets can be sent, alone or together ([`HeaderSet`]):
+//!
+//! | set       | headers                                                           |
+//! |-----------|-------------------------------------------------------------------|
+//! | `draft-6` | `RateLimit-Limit: 10`, `RateLimit-Remaining: 9`, `RateLimit-Reset: 6` |
+//! | `ietf`    | `RateLimit-Policy: "auth";q=10;w=60`, `RateLimit: "auth";r=9;t=6`   |
+//! | `legacy`  | `X-RateLimit-Limit`, `X-RateLimit-Remaining`, `X-RateLimit-Reset` (Unix seconds) |
+//!
+//! `draft-6` and `legacy` describe one policy: on a rejection the one that rejected (the
+//! longest `retry_after`), otherwise the one with the fewest requests remaining. `ietf`
+//! (draft-ietf-httpapi-ratelimit-headers-11, Structured Fields) lists every policy.
+//! Second values round up; `w` and `t` are at least 1. Policies in shadow mode, and
+//! verdicts made without the store (`on_store_error`), send no rate-limit headers: they
+//! have no numbers a client could act on.
+
+use std::fmt;
+use std::str::FromStr;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use http::{HeaderMap, HeaderName, HeaderValue, Response, StatusCode, header};
+use http_body_util::Full;
+use serde::{Deserialize, Serialize};
+use sfv::{Integer, KeyRef, ListSerializer, StringRef};
+use sluicegate_core::{Micros, Mode, Outcome, PolicyDecision, Verdict};
+
+/// A set of rate-limit headers. Configured as `"draft-6"`, `"ietf"` or `"legacy"`.
+///
+/// ```
+/// use sluicegate_middleware::HeaderSet;
+/// assert_eq!("ietf".parse::<HeaderSet>().unwrap(), HeaderSet::Ietf);
+/// assert_eq!(HeaderSet::Draft6.to_string(), "draft-6");
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum HeaderSet {
+    /// `RateLimit-Limit`, `RateLimit-Remaining`, `RateLimit-Reset` (draft-ietf-httpapi-ratelimit-headers-06).
+    #[serde(rename = "draft-6")]
+    Draft6,
+    /// `RateLimit-Policy` and `RateLimit` as Structured Fields (draft 11).
+    #[serde(rename = "ietf")]
+    Ietf,
+    /// `X-RateLimit-Limit`, `X-RateLimit-Remaining`, `X-RateLimit-Reset` (Unix seconds).
+    #[serde(rename = "legacy")]
+    Legacy,
+}
+
+impl HeaderSet {
+    /// The configuration name.
+    pub fn name(self) -> &'static str {
+        match self {
+            HeaderSet::Draft6 => "draft-6",
+            HeaderSet::Ietf => "ietf",
+            HeaderSet::Legacy => "legacy",
+        }
+    }
+
+    /// The contract's default: `draft-6` and `ietf`.
+    pub const DEFAULT: [HeaderSet; 2] = [HeaderSet::Draft6, HeaderSet::Ietf];
+}
+
+impl fmt::Display for HeaderSet {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A header set name that is not `draft-6`, `ietf` or `legacy`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown header set {0:?}; expected \"draft-6\", \"ietf\" or \"legacy\"")]
+pub struct UnknownHeaderSet(pub String);
+
+impl FromStr for HeaderSet {
+    type Err = UnknownHeaderSet;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        [HeaderSet::Draft6, HeaderSet::Ietf, HeaderSet::Legacy]
+            .into_iter()
+            .find(|set| set.name() == s)
+            .ok_or_else(|| UnknownHeaderSet(s.to_owned()))
+    }
+}
+
+const RATELIMIT_LIMIT: HeaderName = HeaderName::from_static("ratelimit-limit");
+const RATELIMIT_REMAINING: HeaderName = HeaderName::from_static("ratelimit-remaining");
+const RATELIMIT_RESET: HeaderName = HeaderName::from_static("ratelimit-reset");
+const RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
+const RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
+const X_RATELIMIT_LIMIT: HeaderName = HeaderName::from_static("x-ratelimit-limit");
+const X_RATELIMIT_REMAINING: HeaderName = HeaderName::from_static("x-ratelimit-remaining");
+const X_RATELIMIT_RESET: HeaderName = HeaderName::from_static("x-ratelimit-reset");
+
+/// Whole seconds, rounded up.
+pub fn ceil_secs(micros: Micros) -> u64 {
+    micros.div_ceil(1_000_000)
+}
+
+/// The `Retry-After` of a rejected verdict: whole seconds, at least 1. `None` when admitted.
+///
+/// ```
+/// use std::{sync::Arc, time::Duration};
+/// use sluicegate_core::{AlgorithmKind, OnStoreError, Policy, Verdict};
+/// let p = Arc::new(Policy::builder("p", AlgorithmKind::Gcra, 1, Duration::from_secs(1))
+///     .on_store_error(OnStoreError::Deny).build().unwrap());
+/// let verdict = Verdict::store_failed(&[p]);
+/// assert_eq!(sluicegate_middleware::headers::retry_after_secs(&verdict), Some(1));
+/// ```
+pub fn retry_after_secs(verdict: &Verdict) -> Option<u64> {
+    if verdict.allowed {
+        return None;
+    }
+    Some(ceil_secs(verdict.retry_after().unwrap_or(1_000_000)).max(1))
+}
+
+/// The policies whose numbers are shown: enforcing, decided by the store.
+fn shown(verdict: &Verdict) -> impl Iterator<Item = &PolicyDecision> {
+    verdict
+        .decisions
+        .iter()
+        .filter(|d| d.policy.mode() != Mode::Shadow && d.outcome != Outcome::StoreError)
+}
+
+/// The one policy `draft-6` and `legacy` describe.
+fn headline(verdict: &Verdict) -> Option<&PolicyDecision> {
+    if verdict.allowed {
+        shown(verdict).min_by_key(|d| d.decision.remaining)
+    } else {
+        verdict
+            .deciding()
+            .filter(|d| d.outcome != Outcome::StoreError)
+    }
+}
+
+/// Writes the configured header sets for `verdict` into `headers`, plus `Retry-After` when
+/// it is a rejection. Reads the wall clock for `legacy`'s Unix time.
+///
+/// ```
+/// use std::{sync::Arc, time::Duration};
+/// use http::HeaderMap;
+/// use sluicegate_core::{AlgorithmKind, CheckRequest, MemoryStore, Policy};
+/// use sluicegate_middleware::{HeaderSet, headers::write_headers};
+///
+/// let auth = Arc::new(Policy::builder("auth", AlgorithmKind::TokenBucket, 10, Duration::from_secs(60)).build()?);
+/// let policies = [auth];
+/// let verdict = MemoryStore::new(10).check_now(CheckRequest::new(&policies, "ip:192.0.2.1", 1))?;
+/// let mut headers = HeaderMap::new();
+/// write_headers(&[HeaderSet::Draft6, HeaderSet::Ietf], &verdict, &mut headers);
+/// assert_eq!(headers["ratelimit-limit"], "10");
+/// assert_eq!(headers["ratelimit-remaining"], "9");
+/// assert_eq!(headers["ratelimit-reset"], "6");
+/// assert_eq!(headers["ratelimit-policy"], r#""auth";q=10;w=60"#);
+/// assert_eq!(headers["ratelimit"], r#""auth";r=9;t=6"#);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn write_headers(sets: &[HeaderSet], verdict: &Verdict, headers: &mut HeaderMap) {
+    write_headers_at(sets, verdict, SystemTime::now(), headers);
+}
+
+/// [`write_headers`] with the current time given.
+pub fn write_headers_at(
+    sets: &[HeaderSet],
+    verdict: &Verdict,
+    now: SystemTime,
+    headers: &mut HeaderMap,
+) {
+    if let Some(secs) = retry_after_secs(verdict) {
+        headers.insert(header::RETRY_AFTER, HeaderValue::from(secs));
+    }
+    for set in sets {
+        match set {
+            HeaderSet::Draft6 => {
+                if let Some(d) = headline(verdict) {
+                    let d = &d.decision;
+                    headers.insert(RATELIMIT_LIMIT, HeaderValue::from(d.limit));
+                    headers.insert(RATELIMIT_REMAINING, HeaderValue::from(d.remaining));
+                    headers.insert(RATELIMIT_RESET, HeaderValue::from(ceil_secs(d.reset_after)));
+                }
+            }
+            HeaderSet::Legacy => {
+                if let Some(d) = headline(verdict) {
+                    let d = &d.decision;
+                    let now = now
+                        .duration_since(UNIX_EPOCH)
+                        .map(|t| u64::try_from(t.as_micros()).unwrap_or(u64::MAX))
+                        .unwrap_or(0);
+                    let reset = ceil_secs(now.saturating_add(d.reset_after));
+                    headers.insert(X_RATELIMIT_LIMIT, HeaderValue::from(d.limit));
+                    headers.insert(X_RATELIMIT_REMAINING, HeaderValue::from(d.remaining));
+                    headers.insert(X_RATELIMIT_RESET, HeaderValue::from(reset));
+                }
+            }
+            HeaderSet::Ietf => write_ietf(verdict, headers),
+        }
+    }
+}
+
+fn sf_int(value: u64) -> Integer {
+    i64::try_from(value)
+        .ok()
+        .and_then(|v| Integer::try_from(v).ok())
+        .unwrap_or(Integer::MAX)
+}
+
+const KEY_Q: &KeyRef = KeyRef::constant("q");
+const KEY_W: &KeyRef = KeyRef::constant("w");
+const KEY_R: &KeyRef = KeyRef::constant("r");
+const KEY_T: &KeyRef = KeyRef::constant("t");
+
+fn write_ietf(verdict: &Verdict, headers: &mut HeaderMap) {
+    let mut policy = ListSerializer::new();
+    let mut state = ListSerializer::new();
+    for d in shown(verdict) {
+        let Ok(name) = StringRef::from_str(d.policy.name()) else {
+            continue;
+        };
+        let window = ceil_secs(d.policy.period()).max(1);
+        policy
+            .bare_item(name)
+            .parameter(KEY_Q, sf_int(d.policy.limit()))
+            .parameter(KEY_W, sf_int(window));
+        let reset = ceil_secs(d.decision.reset_after).max(1);
+        state
+            .bare_item(name)
+            .parameter(KEY_R, sf_int(d.decision.remaining))
+            .parameter(KEY_T, sf_int(reset));
+    }
+    // `finish` is `None` for an empty list, which is not a valid field value.
+    if let Some(value) = policy.finish().and_then(|v| HeaderValue::try_from(v).ok()) {
+        headers.insert(RATELIMIT_POLICY, value);
+    }
+    if let Some(value) = state.finish().and_then(|v| HeaderValue::try_from(v).ok()) {
+        headers.insert(RATELIMIT, value);
+    }
+}
+
+/// The contract's JSON body of a 429.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RejectionBody {
+    /// Always `rate_limit_exceeded`.
+    pub error: String,
+    /// A sentence for humans.
+    pub message: String,
+    /// The same number as `Retry-After`.
+    pub retry_after_seconds: u64,
+    /// The policy that rejected the request.
+    pub policy: String,
+}
+
+impl RejectionBody {
+    /// The body for a rejected `verdict`.
+    pub fn new(verdict: &Verdict) -> RejectionBody {
+        let retry = retry_after_secs(verdict).unwrap_or(1);
+        let deciding = verdict.deciding();
+        let policy = deciding
+            .map(|d| d.policy.name().to_owned())
+            .unwrap_or_default();
+        let message = match deciding {
+            Some(d) if d.outcome == Outcome::StoreError => format!(
+                "The rate limiter is unavailable and policy \"{policy}\" fails closed; retry in {retry} s."
+            ),
+            _ => format!("Too many requests for policy \"{policy}\"; retry in {retry} s."),
+        };
+        RejectionBody {
+            error: "rate_limit_exceeded".to_owned(),
+            message,
+            retry_after_seconds: retry,
+            policy,
+        }
+    }
+}
+
+/// The rejection of `verdict`: `status` (429 unless a forward-auth peer needs 401/403),
+/// `Content-Type: application/json`, `Cache-Control: no-store` (RFC 6585: a 429 must not be
+/// cached), `Retry-After`, the header sets, and the [`RejectionBody`].
+pub fn rejection_response(
+    sets: &[HeaderSet],
+    verdict: &Verdict,
+    status: StatusCode,
+) -> Response<Full<Bytes>> {
+    let body = serde_json::to_vec(&RejectionBody::new(verdict)).unwrap_or_default();
+    let mut response = Response::new(Full::new(Bytes::from(body)));
+    *response.status_mut() = status;
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    write_headers(sets, verdict, headers);
+    response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sluicegate_core::{AlgorithmKind, Decision, Policy};
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    fn policy(name: &str, limit: u64, period: Duration, mode: Mode) -> Arc<Policy> {
+        Arc::new(
+            Policy::builder(name, AlgorithmKind::TokenBucket, limit, period)
+                .mode(mode)
+                .build()
+                .unwrap(),
+        )
+    }
+
+    #[test]
+    fn ietf_lists_every_enforcing_policy_and_rounds_up() {
+        let (verdict, _) = Verdict::combine(vec![
+            (
+                policy("burst", 5, Duration::from_millis(250), Mode::Reject),
+                Decision::allow(5, 4, 1),
+            ),
+            (
+                policy("day", 1000, Duration::from_secs(86_400), Mode::Reject),
+                Decision::allow(1000, 999, 86_399_000_001),
+            ),
+            (
+                policy("dry", 1, Duration::from_secs(1), Mode::Shadow),
+                Decision::deny(1, 0, 1, 1),
+            ),
+        ]);
+        let mut h = HeaderMap::new();
+        write_headers(&[HeaderSet::Ietf, HeaderSet::Draft6], &verdict, &mut h);
+        assert_eq!(
+            h["ratelimit-policy"],
+            r#""burst";q=5;w=1, "day";q=1000;w=86400"#
+        );
+        assert_eq!(h["ratelimit"], r#""burst";r=4;t=1, "day";r=999;t=86400"#);
+        assert_eq!(h["ratelimit-remaining"], "4");
+        assert!(!h.contains_key(header::RETRY_AFTER));
+    }
+
+    #[test]
+    fn rejection_names_longest_retry() {
+        let (verdict, _) = Verdict::combine(vec![
+            (
+                policy("a", 5, Duration::from_secs(1), Mode::Reject),
+                Decision::deny(5, 0, 1_000_000, 200_000),
+            ),
+            (
+                policy("b", 5, Duration::from_secs(60), Mode::Reject),
+                Decision::deny(5, 0, 60_000_000, 12_000_001),
+            ),
+        ]);
+        let response = rejection_response(
+            &[HeaderSet::Legacy],
+            &verdict,
+            StatusCode::TOO_MANY_REQUESTS,
+        );
+        assert_eq!(response.headers()[header::RETRY_AFTER], "13");
+        assert_eq!(response.headers()["x-ratelimit-limit"], "5");
+        let body = RejectionBody::new(&verdict);
+        assert_eq!(body.policy, "b");
+        assert_eq!(body.retry_after_seconds, 13);
+    }
+
+    #[test]
+    fn store_failure_sends_no_numbers() {
+        let p = policy("p", 5, Duration::from_secs(1), Mode::Reject);
+        let verdict = Verdict::store_failed(&[p]);
+        let mut h = HeaderMap::new();
+        write_headers(
+            &[HeaderSet::Draft6, HeaderSet::Ietf, HeaderSet::Legacy],
+            &verdict,
+            &mut h,
+        );
+        assert!(h.is_empty());
+    }
+}

@@ -1,0 +1,380 @@
+//! Who the client is: its IP address behind trusted proxies, and the key a route limits by.
+//!
+//! `X-Forwarded-For` and `Forwarded` are written by whoever sends the request, so they are
+//! believed only as far as a chain of trusted proxies vouches for them: starting from the
+//! TCP peer, each trusted hop names the one before it, and the first address that is not
+//! trusted is the client. A spoofed header from an untrusted peer changes nothing.
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+use http::{HeaderMap, HeaderName, Method};
+use ipnet::{IpNet, Ipv6Net};
+use sluicegate_core::store::MAX_KEY_LEN;
+
+use crate::route::{KeySpec, Route};
+
+/// How the client IP is found: the peer, or what trusted proxies say.
+///
+/// ```
+/// use std::net::IpAddr;
+/// use http::HeaderMap;
+/// use sluicegate_middleware::ClientIdentity;
+///
+/// let identity = ClientIdentity::new(vec!["10.0.0.0/8".parse()?], 64);
+/// let mut headers = HeaderMap::new();
+/// headers.insert("x-forwarded-for", "198.51.100.1, 203.0.113.9, 10.0.0.2".parse()?);
+///
+/// // From a trusted proxy: the right-most untrusted address.
+/// let proxy: IpAddr = "10.0.0.1".parse()?;
+/// assert_eq!(identity.client_ip(proxy, &headers), "203.0.113.9".parse::<IpAddr>()?);
+/// // From anyone else: the header is ignored.
+/// let stranger: IpAddr = "192.0.2.7".parse()?;
+/// assert_eq!(identity.client_ip(stranger, &headers), stranger);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClientIdentity {
+    /// Peers (and hops) allowed to say who the client is.
+    pub trusted_proxies: Vec<IpNet>,
+    /// IPv6 clients are limited per network of this prefix length (0..=128).
+    pub ipv6_prefix: u8,
+}
+
+impl Default for ClientIdentity {
+    /// No trusted proxy; IPv6 per /64.
+    fn default() -> Self {
+        ClientIdentity {
+            trusted_proxies: Vec::new(),
+            ipv6_prefix: 64,
+        }
+    }
+}
+
+impl ClientIdentity {
+    /// An identity trusting `trusted_proxies`, cutting IPv6 addresses to `ipv6_prefix` bits
+    /// (values over 128 are taken as 128).
+    pub fn new(trusted_proxies: Vec<IpNet>, ipv6_prefix: u8) -> Self {
+        ClientIdentity {
+            trusted_proxies,
+            ipv6_prefix: ipv6_prefix.min(128),
+        }
+    }
+
+    /// Whether `ip` may speak for the client.
+    pub fn is_trusted(&self, ip: IpAddr) -> bool {
+        let ip = canonical(ip);
+        self.trusted_proxies.iter().any(|net| net.contains(&ip))
+    }
+
+    /// The client's address: `peer` unless it is trusted; then the right-most address of
+    /// `X-Forwarded-For` (or, without it, of `Forwarded: for=`) that is not trusted. If the
+    /// chain holds only trusted addresses, the left-most; if an entry does not parse (or is
+    /// `unknown` or obfuscated), the walk stops at the last trusted hop. IPv4-mapped IPv6
+    /// addresses count as IPv4; IPv6 addresses are cut to [`ipv6_prefix`](Self::ipv6_prefix).
+    pub fn client_ip(&self, peer: IpAddr, headers: &HeaderMap) -> IpAddr {
+        self.mask(self.unmasked_client_ip(peer, headers))
+    }
+
+    fn unmasked_client_ip(&self, peer: IpAddr, headers: &HeaderMap) -> IpAddr {
+        let mut current = canonical(peer);
+        if !self.is_trusted(current) {
+            return current;
+        }
+        let xff = headers.get_all(X_FORWARDED_FOR);
+        let mut hops: Vec<Option<IpAddr>> = Vec::new();
+        if xff.iter().next().is_some() {
+            for value in xff {
+                match value.to_str() {
+                    Ok(text) => hops.extend(text.split(',').map(parse_node)),
+                    Err(_) => hops.push(None),
+                }
+            }
+        } else {
+            for value in headers.get_all(http::header::FORWARDED) {
+                match value.to_str() {
+                    Ok(text) => hops.extend(text.split(',').map(forwarded_for)),
+                    Err(_) => hops.push(None),
+                }
+            }
+        }
+        for hop in hops.into_iter().rev() {
+            match hop {
+                None => return current,
+                Some(ip) => {
+                    current = canonical(ip);
+                    if !self.is_trusted(current) {
+                        return current;
+                    }
+                }
+            }
+        }
+        current
+    }
+
+    /// Cuts an IPv6 address to the configured prefix; IPv4 is unchanged.
+    pub fn mask(&self, ip: IpAddr) -> IpAddr {
+        match canonical(ip) {
+            IpAddr::V6(v6) => Ipv6Net::new(v6, self.ipv6_prefix)
+                .map(|net| IpAddr::V6(net.network()))
+                .unwrap_or(IpAddr::V6(v6)),
+            v4 => v4,
+        }
+    }
+
+    /// The client key for `ip` (already found by [`client_ip`](Self::client_ip)):
+    /// `ip:203.0.113.9`, or `ip:2001:db8:1:2::/64` for a masked IPv6 network.
+    pub fn ip_key(&self, ip: IpAddr) -> String {
+        match ip {
+            IpAddr::V6(_) if self.ipv6_prefix < 128 => format!("ip:{ip}/{}", self.ipv6_prefix),
+            _ => format!("ip:{ip}"),
+        }
+    }
+}
+
+const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
+
+/// IPv4-mapped IPv6 (`::ffff:a.b.c.d`) as IPv4, so a dual-stack listener does not split a
+/// client in two.
+fn canonical(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => IpAddr::V4(v4),
+            None => IpAddr::V6(v6),
+        },
+        v4 => v4,
+    }
+}
+
+/// One node of `X-Forwarded-For` or `Forwarded: for=`: `1.2.3.4`, `1.2.3.4:80`,
+/// `2001:db8::1`, `[2001:db8::1]` or `[2001:db8::1]:443`.
+fn parse_node(text: &str) -> Option<IpAddr> {
+    let text = text.trim();
+    if let Ok(ip) = text.parse::<IpAddr>() {
+        return Some(ip);
+    }
+    if let Some(rest) = text.strip_prefix('[') {
+        let (inside, after) = rest.split_once(']')?;
+        let port_ok = after.is_empty()
+            || after
+                .strip_prefix(':')
+                .is_some_and(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()));
+        return port_ok.then(|| inside.parse::<Ipv6Addr>().ok().map(IpAddr::V6))?;
+    }
+    let (host, port) = text.rsplit_once(':')?;
+    if port.is_empty() || !port.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    host.parse::<Ipv4Addr>().ok().map(IpAddr::V4)
+}
+
+/// The `for=` node of one `Forwarded` element (RFC 7239), e.g. `for="[2001:db8::1]:80";proto=https`.
+fn forwarded_for(element: &str) -> Option<IpAddr> {
+    element.split(';').find_map(|pair| {
+        let (name, value) = pair.split_once('=')?;
+        if !name.trim().eq_ignore_ascii_case("for") {
+            return None;
+        }
+        let value = value.trim();
+        let value = value
+            .strip_prefix('"')
+            .and_then(|v| v.strip_suffix('"'))
+            .unwrap_or(value);
+        parse_node(value)
+    })
+}
+
+/// What a [`KeyExtractor`] may look at.
+#[derive(Debug, Clone, Copy)]
+pub struct KeyContext<'a> {
+    /// The request method.
+    pub method: &'a Method,
+    /// The request path.
+    pub path: &'a str,
+    /// The request headers.
+    pub headers: &'a HeaderMap,
+    /// The TCP peer.
+    pub peer: IpAddr,
+    /// The client IP as found by [`ClientIdentity::client_ip`].
+    pub client_ip: IpAddr,
+    /// The identity in use (for [`ClientIdentity::ip_key`]).
+    pub identity: &'a ClientIdentity,
+}
+
+/// Turns a request on a route into the client key the store limits by.
+///
+/// The default, [`RouteKey`], follows the route's [`KeySpec`]. Implement this to key by
+/// anything else (a JWT subject, a tenant from the path); return `None` to let a request
+/// through unlimited. Keys longer than 1024 bytes are not allowed by the stores: the
+/// limiter falls back to the IP key for them.
+///
+/// ```
+/// use sluicegate_middleware::{KeyContext, KeyExtractor, Route};
+///
+/// /// Limits per tenant, the first path segment after `/t/`.
+/// struct Tenant;
+/// impl KeyExtractor for Tenant {
+///     fn key(&self, _route: &Route, request: &KeyContext<'_>) -> Option<String> {
+///         let tenant = request.path.strip_prefix("/t/")?.split('/').next()?;
+///         Some(format!("tenant:{tenant}"))
+///     }
+/// }
+/// ```
+pub trait KeyExtractor: Send + Sync + 'static {
+    /// The key, or `None` to leave the request unlimited.
+    fn key(&self, route: &Route, request: &KeyContext<'_>) -> Option<String>;
+}
+
+/// The standard keys of a route's [`KeySpec`]: `ip:<client ip>`, `header:<name>:<value>`
+/// (falling back to the IP key when the header is absent, empty, not visible ASCII or
+/// too long) and `global`. The prefixes keep a header value from ever naming another
+/// client's IP bucket.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RouteKey;
+
+impl KeyExtractor for RouteKey {
+    fn key(&self, route: &Route, request: &KeyContext<'_>) -> Option<String> {
+        Some(route_key(route.key(), request))
+    }
+}
+
+/// The key of `spec` for a request (see [`RouteKey`]).
+pub fn route_key(spec: &KeySpec, request: &KeyContext<'_>) -> String {
+    match spec {
+        KeySpec::Global => "global".to_owned(),
+        KeySpec::Header(name) => {
+            let value = request
+                .headers
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .map(str::trim)
+                .filter(|v| !v.is_empty());
+            match value {
+                Some(value)
+                    if "header:".len() + name.as_str().len() + 1 + value.len() <= MAX_KEY_LEN =>
+                {
+                    format!("header:{}:{value}", name.as_str())
+                }
+                _ => request.identity.ip_key(request.client_ip),
+            }
+        }
+        KeySpec::Ip => request.identity.ip_key(request.client_ip),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn identity() -> ClientIdentity {
+        ClientIdentity::new(
+            vec![
+                "127.0.0.1/32".parse().unwrap(),
+                "10.0.0.0/8".parse().unwrap(),
+            ],
+            64,
+        )
+    }
+
+    fn xff(value: &str) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        h.insert("x-forwarded-for", value.parse().unwrap());
+        h
+    }
+
+    fn ip(s: &str) -> IpAddr {
+        s.parse().unwrap()
+    }
+
+    #[test]
+    fn untrusted_peer_ignores_headers() {
+        assert_eq!(
+            identity().client_ip(ip("192.0.2.1"), &xff("203.0.113.5")),
+            ip("192.0.2.1")
+        );
+    }
+
+    #[test]
+    fn rightmost_untrusted_hop() {
+        let id = identity();
+        let peer = ip("127.0.0.1");
+        assert_eq!(
+            id.client_ip(peer, &xff("1.1.1.1, 2.2.2.2, 10.1.1.1")),
+            ip("2.2.2.2")
+        );
+        assert_eq!(
+            id.client_ip(peer, &xff("10.9.9.9, 10.1.1.1")),
+            ip("10.9.9.9")
+        );
+        assert_eq!(id.client_ip(peer, &HeaderMap::new()), peer);
+        // A malformed entry stops the walk at the last trusted hop.
+        assert_eq!(
+            id.client_ip(peer, &xff("1.1.1.1, garbage, 10.1.1.1")),
+            ip("10.1.1.1")
+        );
+        assert_eq!(id.client_ip(peer, &xff("2.2.2.2:8080")), ip("2.2.2.2"));
+        assert_eq!(
+            id.client_ip(peer, &xff("[2001:db8::1]:80")),
+            ip("2001:db8::")
+        );
+        // Several header lines are one list, in order.
+        let mut h = xff("1.1.1.1");
+        h.append("x-forwarded-for", "3.3.3.3".parse().unwrap());
+        assert_eq!(id.client_ip(peer, &h), ip("3.3.3.3"));
+    }
+
+    #[test]
+    fn forwarded_header() {
+        let id = identity();
+        let mut h = HeaderMap::new();
+        h.insert(
+            "forwarded",
+            r#"for=1.1.1.1, for="[2001:db8:cafe::17]:4711";proto=https, for=10.0.0.3"#
+                .parse()
+                .unwrap(),
+        );
+        assert_eq!(id.client_ip(ip("127.0.0.1"), &h), ip("2001:db8:cafe::"));
+        h.insert("forwarded", "for=unknown".parse().unwrap());
+        assert_eq!(id.client_ip(ip("127.0.0.1"), &h), ip("127.0.0.1"));
+    }
+
+    #[test]
+    fn ipv6_masking_and_mapped() {
+        let id = identity();
+        let a = id.client_ip(ip("2001:db8:1:2:aaaa::1"), &HeaderMap::new());
+        let b = id.client_ip(ip("2001:db8:1:2:bbbb::2"), &HeaderMap::new());
+        let c = id.client_ip(ip("2001:db8:1:3::1"), &HeaderMap::new());
+        assert_eq!(a, b);
+        assert_ne!(a, c);
+        assert_eq!(id.ip_key(a), "ip:2001:db8:1:2::/64");
+        assert_eq!(
+            id.client_ip(ip("::ffff:127.0.0.1"), &xff("4.4.4.4")),
+            ip("4.4.4.4")
+        );
+        let exact = ClientIdentity::new(vec![], 128);
+        assert_eq!(exact.ip_key(ip("2001:db8::1")), "ip:2001:db8::1");
+    }
+
+    #[test]
+    fn keys() {
+        let id = identity();
+        let mut headers = HeaderMap::new();
+        let ctx = |headers: &HeaderMap| {
+            route_key(
+                &KeySpec::Header(HeaderName::from_static("x-api-key")),
+                &KeyContext {
+                    method: &Method::GET,
+                    path: "/",
+                    headers,
+                    peer: ip("192.0.2.1"),
+                    client_ip: ip("192.0.2.1"),
+                    identity: &id,
+                },
+            )
+        };
+        assert_eq!(ctx(&headers), "ip:192.0.2.1");
+        headers.insert("x-api-key", "abc".parse().unwrap());
+        assert_eq!(ctx(&headers), "header:x-api-key:abc");
+        headers.insert("x-api-key", "x".repeat(2000).parse().unwrap());
+        assert_eq!(ctx(&headers), "ip:192.0.2.1");
+    }
+}

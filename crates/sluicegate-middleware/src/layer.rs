@@ -1,0 +1,163 @@
+//! [`RateLimitLayer`] and [`RateLimitService`]: the [`RateLimiter`] as tower middleware.
+
+use std::future::Future;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use http::{Extensions, Request, Response};
+use http_body_util::{Either, Full};
+use tower::{Layer, Service};
+
+use crate::handle::LimiterHandle;
+use crate::limiter::RateLimiter;
+
+/// Puts a [`RateLimiter`] in front of a service.
+///
+/// Requests matching no route pass untouched. Admitted requests are forwarded (after their
+/// wait in delay mode) and their responses get the rate-limit headers; rejected ones get
+/// the 429 of [`RateLimitDecision::rejection`](crate::RateLimitDecision::rejection) and never
+/// reach the inner service. The response body is `Either<inner body, Full<Bytes>>`.
+///
+/// # The client address
+/// The TCP peer is read from the request extensions: axum's
+/// `ConnectInfo<SocketAddr>` (serve with `into_make_service_with_connect_info::<SocketAddr>()`),
+/// else a plain [`SocketAddr`], else a [`PeerAddr`] (insert either yourself when serving
+/// with hyper or hyper-util). Without any of them every request counts as coming from
+/// `0.0.0.0`: IP-keyed routes then share one limit among all clients (never a spoofable
+/// one), and a warning is logged once.
+///
+/// ```no_run
+/// use std::{net::SocketAddr, sync::Arc, time::Duration};
+/// use axum::{Router, routing::get};
+/// use sluicegate_core::{AlgorithmKind, MemoryStore, Policy};
+/// use sluicegate_middleware::{RateLimitLayer, RateLimiter, RouteSpec};
+///
+/// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+/// let limiter = RateLimiter::builder(Arc::new(MemoryStore::new(100_000)))
+///     .policy(Policy::builder("api", AlgorithmKind::Gcra, 100, Duration::from_secs(60)).build()?)
+///     .route(RouteSpec::new("/api", &["api"]))
+///     .build()?;
+/// let app = Router::new()
+///     .route("/api/hello", get(|| async { "hello" }))
+///     .layer(RateLimitLayer::new(limiter));
+/// let listener = tokio::net::TcpListener::bind("127.0.0.1:3000").await?;
+/// axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>()).await?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone, Debug)]
+pub struct RateLimitLayer {
+    handle: LimiterHandle,
+}
+
+impl RateLimitLayer {
+    /// A layer using `limiter` for good.
+    pub fn new(limiter: RateLimiter) -> Self {
+        RateLimitLayer {
+            handle: LimiterHandle::new(limiter),
+        }
+    }
+
+    /// A layer using whatever limiter `handle` holds at each request (hot reload).
+    pub fn from_handle(handle: LimiterHandle) -> Self {
+        RateLimitLayer { handle }
+    }
+
+    /// The handle, to swap the limiter.
+    pub fn handle(&self) -> &LimiterHandle {
+        &self.handle
+    }
+}
+
+impl<S> Layer<S> for RateLimitLayer {
+    type Service = RateLimitService<S>;
+    fn layer(&self, inner: S) -> Self::Service {
+        RateLimitService {
+            inner,
+            handle: self.handle.clone(),
+        }
+    }
+}
+
+/// The peer address, for servers that are not axum: insert it into the request
+/// extensions before [`RateLimitService`] runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PeerAddr(pub IpAddr);
+
+/// The service made by [`RateLimitLayer`].
+#[derive(Clone, Debug)]
+pub struct RateLimitService<S> {
+    inner: S,
+    handle: LimiterHandle,
+}
+
+/// The boxed future of [`RateLimitService`].
+pub type ResponseFuture<B, E> =
+    Pin<Box<dyn Future<Output = Result<Response<Either<B, Full<Bytes>>>, E>> + Send + 'static>>;
+
+impl<S, ReqBody, ResBody> Service<Request<ReqBody>> for RateLimitService<S>
+where
+    S: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+    ReqBody: Send + 'static,
+    ResBody: 'static,
+{
+    type Response = Response<Either<ResBody, Full<Bytes>>>;
+    type Error = S::Error;
+    type Future = ResponseFuture<ResBody, S::Error>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
+        // The clone that was polled ready is the one to call (tower's usual swap).
+        let clone = self.inner.clone();
+        let mut inner = std::mem::replace(&mut self.inner, clone);
+        let limiter = self.handle.load();
+        Box::pin(async move {
+            let peer = peer_addr(request.extensions());
+            let decision = limiter
+                .check(
+                    request.method(),
+                    request.uri().path(),
+                    request.headers(),
+                    peer,
+                )
+                .await;
+            let Some(decision) = decision else {
+                return Ok(inner.call(request).await?.map(Either::Left));
+            };
+            if !decision.is_allowed() {
+                return Ok(decision.rejection().map(Either::Right));
+            }
+            decision.wait().await;
+            let mut response = inner.call(request).await?;
+            decision.write_headers(response.headers_mut());
+            Ok(response.map(Either::Left))
+        })
+    }
+}
+
+fn peer_addr(extensions: &Extensions) -> IpAddr {
+    #[cfg(feature = "axum")]
+    if let Some(info) = extensions.get::<axum::extract::ConnectInfo<SocketAddr>>() {
+        return info.0.ip();
+    }
+    if let Some(addr) = extensions.get::<SocketAddr>() {
+        return addr.ip();
+    }
+    if let Some(PeerAddr(ip)) = extensions.get::<PeerAddr>() {
+        return *ip;
+    }
+    static WARNED: AtomicBool = AtomicBool::new(false);
+    if !WARNED.swap(true, Ordering::Relaxed) {
+        tracing::warn!(
+            "sluicegate: no peer address in the request extensions (serve axum with \
+             into_make_service_with_connect_info::<SocketAddr>()); all clients share the IP 0.0.0.0"
+        );
+    }
+    IpAddr::V4(Ipv4Addr::UNSPECIFIED)
+}

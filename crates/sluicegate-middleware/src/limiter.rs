@@ -1,0 +1,350 @@
+//! The engine: request in, [`RateLimitDecision`] out. The tower layer, the server's
+//! forward-auth and its reverse-proxy gateway all call [`RateLimiter::check`], so routes,
+//! identity, store errors, observers and delays behave the same everywhere.
+
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http::{HeaderMap, Method, Response, StatusCode};
+use http_body_util::Full;
+use sluicegate_core::store::MAX_KEY_LEN;
+use sluicegate_core::{CheckRequest, Outcome, Policy, Store, StoreError, Verdict, VerdictObserver};
+
+use crate::builder::RateLimiterBuilder;
+use crate::headers::{self, HeaderSet};
+use crate::identity::{ClientIdentity, KeyContext, KeyExtractor, RouteKey};
+use crate::route::{Route, RouteTable};
+
+/// Decides requests: finds the route, forms the client key, asks the store, applies
+/// `on_store_error`, tells the observer.
+///
+/// Build one with [`RateLimiter::builder`] (in code) or [`RateLimiter::new`] (from
+/// validated configuration). It is immutable; to change configuration at run time, build a
+/// new one and swap it in a [`LimiterHandle`](crate::LimiterHandle).
+///
+/// ```
+/// use std::{net::IpAddr, sync::Arc, time::Duration};
+/// use http::{HeaderMap, Method};
+/// use sluicegate_core::{AlgorithmKind, MemoryStore, Policy};
+/// use sluicegate_middleware::{RateLimiter, RouteSpec};
+///
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let limiter = RateLimiter::builder(Arc::new(MemoryStore::new(100_000)))
+///     .policy(Policy::builder("auth", AlgorithmKind::TokenBucket, 2, Duration::from_secs(60)).build()?)
+///     .route(RouteSpec::new("/api/auth", &["auth"]))
+///     .build()?;
+///
+/// let peer: IpAddr = "192.0.2.1".parse()?;
+/// let headers = HeaderMap::new();
+/// let check = || limiter.check(&Method::POST, "/api/auth/login", &headers, peer);
+/// assert!(check().await.unwrap().is_allowed());
+/// assert!(check().await.unwrap().is_allowed());
+/// let third = check().await.unwrap();
+/// assert!(!third.is_allowed());
+/// assert_eq!(third.rejection().status(), 429);
+/// // No route, no limit.
+/// assert!(limiter.check(&Method::GET, "/health", &headers, peer).await.is_none());
+/// # Ok(()) }
+/// ```
+pub struct RateLimiter {
+    store: Arc<dyn Store>,
+    routes: RouteTable,
+    identity: ClientIdentity,
+    header_sets: Arc<[HeaderSet]>,
+    observer: Arc<dyn VerdictObserver>,
+    extractor: Arc<dyn KeyExtractor>,
+    store_timeout: Option<Duration>,
+    last_store_warning: AtomicU64,
+}
+
+impl std::fmt::Debug for RateLimiter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RateLimiter")
+            .field("store", &self.store.kind())
+            .field("routes", &self.routes)
+            .field("identity", &self.identity)
+            .field("header_sets", &self.header_sets)
+            .field("store_timeout", &self.store_timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RateLimiter {
+    /// Starts a builder (policies and routes in code, or from specs).
+    pub fn builder(store: Arc<dyn Store>) -> RateLimiterBuilder {
+        RateLimiterBuilder::new(store)
+    }
+
+    /// A limiter from parts that are already validated (the server's configuration).
+    pub fn new(
+        store: Arc<dyn Store>,
+        routes: RouteTable,
+        identity: ClientIdentity,
+        header_sets: Vec<HeaderSet>,
+        observer: Arc<dyn VerdictObserver>,
+    ) -> RateLimiter {
+        RateLimiter {
+            store,
+            routes,
+            identity,
+            header_sets: header_sets.into(),
+            observer,
+            extractor: Arc::new(RouteKey),
+            store_timeout: None,
+            last_store_warning: AtomicU64::new(0),
+        }
+    }
+
+    /// Replaces the key extractor (default: [`RouteKey`], the route's `key`).
+    pub fn with_key_extractor(mut self, extractor: Arc<dyn KeyExtractor>) -> RateLimiter {
+        self.extractor = extractor;
+        self
+    }
+
+    /// Bounds every store call; past it, `on_store_error` decides. Stores with their own
+    /// timeout (Redis) do not need this.
+    pub fn with_store_timeout(mut self, timeout: Option<Duration>) -> RateLimiter {
+        self.store_timeout = timeout;
+        self
+    }
+
+    /// The store.
+    pub fn store(&self) -> &Arc<dyn Store> {
+        &self.store
+    }
+    /// The routes.
+    pub fn routes(&self) -> &RouteTable {
+        &self.routes
+    }
+    /// How client IPs are found.
+    pub fn identity(&self) -> &ClientIdentity {
+        &self.identity
+    }
+    /// The header sets written on responses.
+    pub fn header_sets(&self) -> &[HeaderSet] {
+        &self.header_sets
+    }
+
+    /// Decides one request: `None` when no route matches (or the key extractor declines),
+    /// else a decision that consumed from the store if it admits the request.
+    ///
+    /// `peer` is the TCP peer; forwarded headers count only when it is a trusted proxy.
+    pub async fn check(
+        &self,
+        method: &Method,
+        path: &str,
+        headers: &HeaderMap,
+        peer: IpAddr,
+    ) -> Option<RateLimitDecision> {
+        let route = self.routes.find(method, path, headers)?;
+        let client_ip = self.identity.client_ip(peer, headers);
+        let context = KeyContext {
+            method,
+            path,
+            headers,
+            peer,
+            client_ip,
+            identity: &self.identity,
+        };
+        let mut key = self.extractor.key(route, &context)?;
+        if key.is_empty() || key.len() > MAX_KEY_LEN {
+            key = self.identity.ip_key(client_ip);
+        }
+        Some(self.check_key(route, key).await)
+    }
+
+    /// Decides a request on `route` for an already formed client `key`.
+    pub async fn check_key(&self, route: &Route, key: String) -> RateLimitDecision {
+        let policies = route.policies();
+        let request = CheckRequest::new(policies, &key, COST);
+        let result = match self.store_timeout {
+            Some(limit) => tokio::time::timeout(limit, self.store.check(request))
+                .await
+                .unwrap_or(Err(StoreError::Timeout)),
+            None => self.store.check(request).await,
+        };
+        let verdict = match result {
+            Ok(verdict) => unconsumed_remaining(verdict, COST),
+            Err(error) => {
+                self.warn_store_error(&error);
+                Verdict::store_failed(policies)
+            }
+        };
+        self.observer.observe(&key, &verdict);
+        for d in &verdict.decisions {
+            if d.outcome == Outcome::ShadowDenied {
+                tracing::info!(
+                    policy = d.policy.name(),
+                    key = %key,
+                    route = route.path(),
+                    "shadow mode: request would have been rejected"
+                );
+            }
+        }
+        RateLimitDecision {
+            verdict,
+            key,
+            route_path: route.path().into(),
+            store: Arc::clone(&self.store),
+            header_sets: Arc::clone(&self.header_sets),
+        }
+    }
+
+    /// One warning a second at most: a dead store must not flood the log.
+    fn warn_store_error(&self, error: &StoreError) {
+        static START: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+        let now = START.get_or_init(Instant::now).elapsed().as_secs() + 1;
+        let last = self.last_store_warning.load(Ordering::Relaxed);
+        if now > last
+            && self
+                .last_store_warning
+                .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+        {
+            tracing::warn!(store = self.store.kind(), %error, "rate-limit store failed; on_store_error applies");
+        }
+    }
+}
+
+/// A policy's `remaining` assumes its decision is carried out; when another policy
+/// rejects the request nothing is consumed, so the admitting ones still have `cost` more.
+fn unconsumed_remaining(mut verdict: Verdict, cost: u64) -> Verdict {
+    if !verdict.allowed {
+        for d in &mut verdict.decisions {
+            if d.decision.allowed {
+                d.decision.remaining = d.decision.remaining.saturating_add(cost);
+            }
+        }
+    }
+    verdict
+}
+
+/// Every HTTP request weighs one.
+const COST: u64 = 1;
+
+/// What the limiter decided for one request. It has already been counted and observed.
+///
+/// Admitted: possibly [`wait`](Self::wait) (delay mode), forward the request, then
+/// [`write_headers`](Self::write_headers) on the response. Rejected: answer with
+/// [`rejection`](Self::rejection).
+#[derive(Clone)]
+pub struct RateLimitDecision {
+    verdict: Verdict,
+    key: String,
+    route_path: Arc<str>,
+    store: Arc<dyn Store>,
+    header_sets: Arc<[HeaderSet]>,
+}
+
+impl std::fmt::Debug for RateLimitDecision {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RateLimitDecision")
+            .field("verdict", &self.verdict)
+            .field("key", &self.key)
+            .field("route", &self.route_path)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RateLimitDecision {
+    /// Whether the request may go ahead (after [`delay`](Self::delay)).
+    pub fn is_allowed(&self) -> bool {
+        self.verdict.allowed
+    }
+    /// How long the request must wait for its reserved slot (delay mode).
+    pub fn delay(&self) -> Duration {
+        Duration::from_micros(self.verdict.delay)
+    }
+    /// The store's verdict, one entry per policy.
+    pub fn verdict(&self) -> &Verdict {
+        &self.verdict
+    }
+    /// The client key the request was counted under.
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+    /// The path prefix of the route that matched.
+    pub fn route_path(&self) -> &str {
+        &self.route_path
+    }
+    /// `Retry-After` in whole seconds (at least 1) when rejected.
+    pub fn retry_after_secs(&self) -> Option<u64> {
+        headers::retry_after_secs(&self.verdict)
+    }
+
+    /// Writes the configured rate-limit headers (and `Retry-After` on a rejection).
+    pub fn write_headers(&self, headers: &mut HeaderMap) {
+        headers::write_headers(&self.header_sets, &self.verdict, headers);
+    }
+
+    /// The 429 response: JSON body, `Retry-After`, rate-limit headers.
+    pub fn rejection(&self) -> Response<Full<Bytes>> {
+        self.rejection_with_status(StatusCode::TOO_MANY_REQUESTS)
+    }
+
+    /// The rejection with another status (forward-auth for nginx needs 401 or 403).
+    pub fn rejection_with_status(&self, status: StatusCode) -> Response<Full<Bytes>> {
+        headers::rejection_response(&self.header_sets, &self.verdict, status)
+    }
+
+    /// Waits for the request's reserved slot (delay mode; returns at once otherwise)
+    /// without holding a thread. If the future is dropped before the slot comes (the
+    /// client went away), what the request took is given back with [`Store::refund`], in a
+    /// spawned task, so the slot goes to the next request.
+    pub async fn wait(&self) {
+        if self.verdict.delay == 0 || !self.verdict.allowed {
+            return;
+        }
+        let consumed: Vec<Arc<Policy>> = self
+            .verdict
+            .decisions
+            .iter()
+            .filter(|d| d.decision.allowed)
+            .map(|d| Arc::clone(&d.policy))
+            .collect();
+        let mut guard = RefundGuard {
+            refund: Some(Refund {
+                store: Arc::clone(&self.store),
+                policies: consumed,
+                key: self.key.clone(),
+            }),
+        };
+        tokio::time::sleep(self.delay()).await;
+        guard.refund = None;
+    }
+}
+
+/// Gives a cancelled delayed request's slot back when dropped armed.
+struct RefundGuard {
+    refund: Option<Refund>,
+}
+
+struct Refund {
+    store: Arc<dyn Store>,
+    policies: Vec<Arc<Policy>>,
+    key: String,
+}
+
+impl Drop for RefundGuard {
+    fn drop(&mut self) {
+        let Some(Refund {
+            store,
+            policies,
+            key,
+        }) = self.refund.take()
+        else {
+            return;
+        };
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        runtime.spawn(async move {
+            if let Err(error) = store.refund(&policies, &key, 1).await {
+                tracing::debug!(%error, key = %key, "could not refund a cancelled delayed request");
+            }
+        });
+    }
+}

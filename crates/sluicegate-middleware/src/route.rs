@@ -1,0 +1,489 @@
+//! Routes: which requests are limited, by which policies, keyed by what.
+//!
+//! A [`RouteSpec`] is one `[[routes]]` table of the configuration; a [`RouteTable`] is the
+//! validated set, with the policies resolved, that answers [`RouteTable::find`].
+//!
+//! # Matching
+//! - `path` is a prefix matched **on segment boundaries**: `/api` matches `/api`, `/api/`
+//!   and `/api/users`, but not `/apix`. A prefix ending in `/` (such as `/` or `/api/`)
+//!   matches every path that starts with it. The query string is not part of the path.
+//!   Paths are compared byte for byte, without decoding or normalising them: put the
+//!   limiter behind whatever normalises paths for your handlers.
+//! - `methods`, when given, must contain the request's method (names are case-insensitive
+//!   in the configuration and upper-cased).
+//! - every `headers` condition must hold: the request has that header with exactly that
+//!   value (names case-insensitive, values case-sensitive).
+//! - Among the routes that match, the longest `path` wins; among equally long paths, the
+//!   one with more header conditions, then the one with `methods`, then the one written
+//!   first. A request that matches no route is not limited.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::str::FromStr;
+use std::sync::Arc;
+
+use http::{HeaderMap, HeaderName, HeaderValue, Method};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use sluicegate_core::Policy;
+
+/// How a route turns a request into a client key.
+///
+/// Parsed from (and written as) `"ip"`, `"header:<name>"` or `"global"`.
+///
+/// ```
+/// use sluicegate_middleware::KeySpec;
+/// assert_eq!("ip".parse::<KeySpec>().unwrap(), KeySpec::Ip);
+/// assert_eq!("header:X-Api-Key".parse::<KeySpec>().unwrap().to_string(), "header:x-api-key");
+/// assert!("cookie:session".parse::<KeySpec>().is_err());
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum KeySpec {
+    /// The client IP (see [`ClientIdentity`](crate::ClientIdentity)).
+    #[default]
+    Ip,
+    /// The value of this header; requests without it are keyed by IP.
+    Header(HeaderName),
+    /// One key shared by every client.
+    Global,
+}
+
+impl FromStr for KeySpec {
+    type Err = RouteError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "ip" => Ok(KeySpec::Ip),
+            "global" => Ok(KeySpec::Global),
+            _ => match s.strip_prefix("header:") {
+                Some(name) => HeaderName::from_bytes(name.trim().as_bytes())
+                    .map(KeySpec::Header)
+                    .map_err(|_| RouteError::InvalidKey(s.to_owned())),
+                None => Err(RouteError::InvalidKey(s.to_owned())),
+            },
+        }
+    }
+}
+
+impl fmt::Display for KeySpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            KeySpec::Ip => f.write_str("ip"),
+            KeySpec::Header(name) => write!(f, "header:{name}"),
+            KeySpec::Global => f.write_str("global"),
+        }
+    }
+}
+
+impl Serialize for KeySpec {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for KeySpec {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        text.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+/// A route as configured: one `[[routes]]` table.
+///
+/// ```
+/// use sluicegate_middleware::{KeySpec, RouteSpec};
+/// let spec: RouteSpec = serde_json::from_str(
+///     r#"{"path": "/api/auth", "methods": ["POST"], "policies": ["auth"]}"#,
+/// ).unwrap();
+/// assert_eq!(spec.key, KeySpec::Ip);
+/// assert!(spec.headers.is_empty());
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RouteSpec {
+    /// Path prefix, starting with `/`.
+    pub path: String,
+    /// Methods this route applies to; all when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub methods: Option<Vec<String>>,
+    /// Exact header conditions (tiers), e.g. `{ "x-plan" = "pro" }`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub headers: BTreeMap<String, String>,
+    /// Policy names; all must admit a request, and none is consumed unless all do.
+    pub policies: Vec<String>,
+    /// How clients are told apart.
+    #[serde(default)]
+    pub key: KeySpec,
+}
+
+impl RouteSpec {
+    /// A route on `path` under `policies`, keyed by IP, for every method.
+    pub fn new(path: impl Into<String>, policies: &[&str]) -> Self {
+        RouteSpec {
+            path: path.into(),
+            methods: None,
+            headers: BTreeMap::new(),
+            policies: policies.iter().map(|p| (*p).to_owned()).collect(),
+            key: KeySpec::Ip,
+        }
+    }
+
+    /// Restricts the route to these methods.
+    pub fn methods(mut self, methods: &[&str]) -> Self {
+        self.methods = Some(methods.iter().map(|m| (*m).to_owned()).collect());
+        self
+    }
+
+    /// Adds an exact header condition.
+    pub fn header(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
+        self.headers.insert(name.into(), value.into());
+        self
+    }
+
+    /// Sets the key.
+    pub fn key(mut self, key: KeySpec) -> Self {
+        self.key = key;
+        self
+    }
+}
+
+/// Why a route is invalid. Every variant names the route by its path.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RouteError {
+    /// The path is empty or does not start with `/`.
+    #[error("route path {0:?} must start with '/'")]
+    InvalidPath(String),
+    /// A route names a policy that is not defined.
+    #[error("route {path:?} names unknown policy {policy:?}")]
+    UnknownPolicy {
+        /// The route.
+        path: String,
+        /// The missing policy.
+        policy: String,
+    },
+    /// A route with no policy.
+    #[error("route {0:?} names no policy")]
+    NoPolicy(String),
+    /// The same policy twice in a route.
+    #[error("route {path:?} lists policy {policy:?} twice")]
+    DuplicatePolicy {
+        /// The route.
+        path: String,
+        /// The repeated policy.
+        policy: String,
+    },
+    /// A method name that is not a valid HTTP token.
+    #[error("route {path:?} has invalid method {method:?}")]
+    InvalidMethod {
+        /// The route.
+        path: String,
+        /// The method.
+        method: String,
+    },
+    /// `methods = []` would never match.
+    #[error("route {0:?} has an empty methods list (omit it to match every method)")]
+    EmptyMethods(String),
+    /// A header condition with an invalid name or value.
+    #[error("route {path:?} has invalid header condition {name:?} = {value:?}")]
+    InvalidHeader {
+        /// The route.
+        path: String,
+        /// Header name.
+        name: String,
+        /// Header value.
+        value: String,
+    },
+    /// A key that is not `ip`, `header:<name>` or `global`.
+    #[error("invalid key {0:?}; expected \"ip\", \"header:<name>\" or \"global\"")]
+    InvalidKey(String),
+}
+
+/// A validated route: its conditions and resolved policies.
+#[derive(Debug, Clone)]
+pub struct Route {
+    path: String,
+    methods: Option<Vec<Method>>,
+    headers: Vec<(HeaderName, HeaderValue)>,
+    policies: Arc<[Arc<Policy>]>,
+    key: KeySpec,
+    index: usize,
+}
+
+impl Route {
+    /// Validates `spec`, resolving policy names with `lookup`.
+    pub fn new(
+        spec: &RouteSpec,
+        index: usize,
+        lookup: impl Fn(&str) -> Option<Arc<Policy>>,
+    ) -> Result<Route, RouteError> {
+        let path = &spec.path;
+        if !path.starts_with('/') {
+            return Err(RouteError::InvalidPath(path.clone()));
+        }
+        let methods = match &spec.methods {
+            None => None,
+            Some(list) if list.is_empty() => return Err(RouteError::EmptyMethods(path.clone())),
+            Some(list) => Some(
+                list.iter()
+                    .map(|m| {
+                        Method::from_bytes(m.trim().to_ascii_uppercase().as_bytes()).map_err(|_| {
+                            RouteError::InvalidMethod {
+                                path: path.clone(),
+                                method: m.clone(),
+                            }
+                        })
+                    })
+                    .collect::<Result<Vec<_>, _>>()?,
+            ),
+        };
+        let headers = spec
+            .headers
+            .iter()
+            .map(|(name, value)| {
+                let invalid = || RouteError::InvalidHeader {
+                    path: path.clone(),
+                    name: name.clone(),
+                    value: value.clone(),
+                };
+                Ok((
+                    HeaderName::from_bytes(name.trim().as_bytes()).map_err(|_| invalid())?,
+                    HeaderValue::from_str(value).map_err(|_| invalid())?,
+                ))
+            })
+            .collect::<Result<Vec<_>, RouteError>>()?;
+        if spec.policies.is_empty() {
+            return Err(RouteError::NoPolicy(path.clone()));
+        }
+        let mut policies = Vec::with_capacity(spec.policies.len());
+        for (i, name) in spec.policies.iter().enumerate() {
+            if spec.policies[..i].contains(name) {
+                return Err(RouteError::DuplicatePolicy {
+                    path: path.clone(),
+                    policy: name.clone(),
+                });
+            }
+            policies.push(lookup(name).ok_or_else(|| RouteError::UnknownPolicy {
+                path: path.clone(),
+                policy: name.clone(),
+            })?);
+        }
+        Ok(Route {
+            path: path.clone(),
+            methods,
+            headers,
+            policies: policies.into(),
+            key: spec.key.clone(),
+            index,
+        })
+    }
+
+    /// The path prefix.
+    pub fn path(&self) -> &str {
+        &self.path
+    }
+    /// The methods, if restricted.
+    pub fn methods(&self) -> Option<&[Method]> {
+        self.methods.as_deref()
+    }
+    /// The header conditions.
+    pub fn headers(&self) -> &[(HeaderName, HeaderValue)] {
+        &self.headers
+    }
+    /// The policies, in configuration order.
+    pub fn policies(&self) -> &Arc<[Arc<Policy>]> {
+        &self.policies
+    }
+    /// How the client key is formed.
+    pub fn key(&self) -> &KeySpec {
+        &self.key
+    }
+    /// The route's position in the configuration.
+    pub fn index(&self) -> usize {
+        self.index
+    }
+
+    /// Whether the route applies to this request.
+    pub fn matches(&self, method: &Method, path: &str, headers: &HeaderMap) -> bool {
+        path_matches(&self.path, path)
+            && self.methods.as_ref().is_none_or(|m| m.contains(method))
+            && self
+                .headers
+                .iter()
+                .all(|(name, value)| headers.get_all(name).iter().any(|v| v == value))
+    }
+}
+
+/// Prefix match on segment boundaries.
+fn path_matches(prefix: &str, path: &str) -> bool {
+    match path.strip_prefix(prefix) {
+        Some(rest) => rest.is_empty() || prefix.ends_with('/') || rest.starts_with('/'),
+        None => false,
+    }
+}
+
+/// The validated routes, ordered so that the first match is the most specific.
+///
+/// ```
+/// use std::{sync::Arc, time::Duration};
+/// use http::{HeaderMap, Method};
+/// use sluicegate_core::{AlgorithmKind, Policy};
+/// use sluicegate_middleware::{RouteSpec, RouteTable};
+///
+/// let policy = |name: &str| Policy::builder(name, AlgorithmKind::Gcra, 10, Duration::from_secs(60))
+///     .build().map(Arc::new).ok();
+/// let table = RouteTable::new(
+///     &[RouteSpec::new("/api", &["api"]), RouteSpec::new("/api/auth", &["auth"])],
+///     policy,
+/// )?;
+/// let route = table.find(&Method::GET, "/api/auth/login", &HeaderMap::new()).unwrap();
+/// assert_eq!(route.path(), "/api/auth");
+/// assert!(table.find(&Method::GET, "/apix", &HeaderMap::new()).is_none());
+/// # Ok::<(), sluicegate_middleware::RouteError>(())
+/// ```
+#[derive(Debug, Clone, Default)]
+pub struct RouteTable {
+    routes: Vec<Route>,
+}
+
+impl RouteTable {
+    /// Validates `specs`, resolving policy names with `lookup`; the first error is returned.
+    /// Use [`RouteTable::validate`] to get all of them.
+    pub fn new(
+        specs: &[RouteSpec],
+        lookup: impl Fn(&str) -> Option<Arc<Policy>>,
+    ) -> Result<RouteTable, RouteError> {
+        let routes = specs
+            .iter()
+            .enumerate()
+            .map(|(i, spec)| Route::new(spec, i, &lookup))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(RouteTable::from_routes(routes))
+    }
+
+    /// Every error in `specs` (empty when they are all valid), for `sluicegate validate`.
+    pub fn validate(
+        specs: &[RouteSpec],
+        lookup: impl Fn(&str) -> Option<Arc<Policy>>,
+    ) -> Vec<(usize, RouteError)> {
+        specs
+            .iter()
+            .enumerate()
+            .filter_map(|(i, spec)| Route::new(spec, i, &lookup).err().map(|e| (i, e)))
+            .collect()
+    }
+
+    /// A table of already validated routes.
+    pub fn from_routes(mut routes: Vec<Route>) -> RouteTable {
+        routes.sort_by_key(|r| {
+            (
+                std::cmp::Reverse(r.path.len()),
+                std::cmp::Reverse(r.headers.len()),
+                r.methods.is_none(),
+                r.index,
+            )
+        });
+        RouteTable { routes }
+    }
+
+    /// The most specific route matching the request, if any.
+    pub fn find(&self, method: &Method, path: &str, headers: &HeaderMap) -> Option<&Route> {
+        self.routes
+            .iter()
+            .find(|route| route.matches(method, path, headers))
+    }
+
+    /// The routes, most specific first.
+    pub fn routes(&self) -> &[Route] {
+        &self.routes
+    }
+
+    /// Whether there is no route (nothing is limited).
+    pub fn is_empty(&self) -> bool {
+        self.routes.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sluicegate_core::AlgorithmKind;
+    use std::time::Duration;
+
+    fn lookup(name: &str) -> Option<Arc<Policy>> {
+        (name != "missing").then(|| {
+            Arc::new(
+                Policy::builder(name, AlgorithmKind::Gcra, 1, Duration::from_secs(1))
+                    .build()
+                    .unwrap(),
+            )
+        })
+    }
+
+    #[test]
+    fn segment_boundaries() {
+        assert!(path_matches("/api", "/api"));
+        assert!(path_matches("/api", "/api/"));
+        assert!(path_matches("/api", "/api/x"));
+        assert!(!path_matches("/api", "/apix"));
+        assert!(path_matches("/api/", "/api/x"));
+        assert!(!path_matches("/api/", "/api"));
+        assert!(path_matches("/", "/anything"));
+    }
+
+    #[test]
+    fn specificity() {
+        let specs = [
+            RouteSpec::new("/api", &["a"]),
+            RouteSpec::new("/api", &["b"]).methods(&["post"]),
+            RouteSpec::new("/api", &["c"]).header("x-plan", "pro"),
+            RouteSpec::new("/api", &["d"])
+                .header("x-plan", "pro")
+                .methods(&["POST"]),
+        ];
+        let table = RouteTable::new(&specs, lookup).unwrap();
+        let mut pro = HeaderMap::new();
+        pro.insert("x-plan", HeaderValue::from_static("pro"));
+        let name = |m: &Method, h: &HeaderMap| {
+            table.find(m, "/api/x", h).unwrap().policies()[0]
+                .name()
+                .to_owned()
+        };
+        assert_eq!(name(&Method::GET, &HeaderMap::new()), "a");
+        assert_eq!(name(&Method::POST, &HeaderMap::new()), "b");
+        assert_eq!(name(&Method::GET, &pro), "c");
+        assert_eq!(name(&Method::POST, &pro), "d");
+    }
+
+    #[test]
+    fn errors() {
+        let bad = |spec: RouteSpec| RouteTable::new(&[spec], lookup).unwrap_err();
+        assert!(matches!(
+            bad(RouteSpec::new("/x", &["missing"])),
+            RouteError::UnknownPolicy { .. }
+        ));
+        assert!(matches!(
+            bad(RouteSpec::new("x", &["a"])),
+            RouteError::InvalidPath(_)
+        ));
+        assert!(matches!(
+            bad(RouteSpec::new("/x", &[])),
+            RouteError::NoPolicy(_)
+        ));
+        assert!(matches!(
+            bad(RouteSpec::new("/x", &["a", "a"])),
+            RouteError::DuplicatePolicy { .. }
+        ));
+        assert!(matches!(
+            bad(RouteSpec::new("/x", &["a"]).methods(&["GE T"])),
+            RouteError::InvalidMethod { .. }
+        ));
+        assert!(matches!(
+            bad(RouteSpec::new("/x", &["a"]).header("bad name", "v")),
+            RouteError::InvalidHeader { .. }
+        ));
+        let toml_like: Result<RouteSpec, _> =
+            serde_json::from_str(r#"{"path": "/", "policies": ["a"], "extra": 1}"#);
+        assert!(toml_like.is_err());
+        let bad_key: Result<RouteSpec, _> =
+            serde_json::from_str(r#"{"path": "/", "policies": ["a"], "key": "cookie"}"#);
+        assert!(bad_key.is_err());
+    }
+}

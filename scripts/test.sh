@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# The test suite, as the README's quick start and CI run it: installs the real servers the
+# tests talk to when they are missing (redis-server, nginx, Envoy, Chromium), then runs
+# every test of the workspace.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/install-test-deps.sh
+cargo test --workspace "$@"
