@@ -87,7 +87,10 @@ pub fn reload(path: &Path, text: &str, overrides: &Overrides, state: &AppState) 
     keep_restart_only(&running.config, &mut config);
     let policies = config.policies.len();
     let routes = config.routes.len();
-    state.apply(config);
+    if let Err(e) = state.apply(config) {
+        tracing::error!(path = %path.display(), "configuration not reloaded: {e}; the running configuration stays");
+        return false;
+    }
     tracing::info!(path = %path.display(), policies, routes, "configuration reloaded");
     true
 }

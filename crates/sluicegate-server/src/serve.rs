@@ -49,7 +49,7 @@ async fn serve(config: Config, args: ServeArgs, overrides: Overrides) -> Result<
     crate::metrics::install();
     let opened = crate::store::open(&config.store).await?;
     let observer = crate::metrics::observers();
-    let state = AppState::new(config.clone(), opened.store, opened.memory, observer);
+    let state = AppState::new(config.clone(), opened.store, opened.memory, observer)?;
 
     let api = bind(config.server.listen, "API").await?;
     let gateway = match &config.gateway {
