@@ -33,7 +33,8 @@ function gcra.eval(q, st, now, cost)
   local allowance = full - (start - now) * q.limit
   local need = cost * q.period
   local new_tat = start + gc_interval(q, cost)
-  if need <= allowance then
+  -- A read (cost 0) is always admitted, even while delayed requests keep the TAT ahead.
+  if need <= allowance or cost == 0 then
     local left = full - (new_tat - now) * q.limit
     return 1, gc_whole(q, left), new_tat - now, -1, 0
   end
@@ -41,7 +42,8 @@ function gcra.eval(q, st, now, cost)
   if q.max_delay >= 0 and wait <= q.max_delay then
     return 1, 0, new_tat - now, -1, wait
   end
-  return 0, gc_whole(q, allowance), start - now, wait, 0
+  -- In delay mode the request is admitted (delayed) as soon as its wait fits the budget.
+  return 0, gc_whole(q, allowance), start - now, wait - max(q.max_delay, 0), 0
 end
 
 function gcra.commit(key, q, st, now, cost)

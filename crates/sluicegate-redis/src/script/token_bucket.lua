@@ -54,14 +54,16 @@ function token_bucket.eval(q, st, now, cost)
   local tokens = tb_tokens(q, st, now)
   local after = tokens - cost * q.period
   local reset = tb_refill_time(q, cap - after)
-  if after >= 0 then
+  -- A read (cost 0) is always admitted, even while delayed requests keep the bucket in debt.
+  if after >= 0 or cost == 0 then
     return 1, tb_whole(q, after), reset, -1, 0
   end
   local wait = tb_refill_time(q, -after)
   if q.max_delay >= 0 and wait <= q.max_delay then
     return 1, 0, reset, -1, wait
   end
-  return 0, tb_whole(q, tokens), tb_refill_time(q, cap - tokens), wait, 0
+  -- In delay mode the request is admitted (delayed) as soon as its wait fits the budget.
+  return 0, tb_whole(q, tokens), tb_refill_time(q, cap - tokens), wait - max(q.max_delay, 0), 0
 end
 
 local function tb_store(key, q, st, now, tokens)

@@ -265,3 +265,65 @@ pub fn policy_with(
             .unwrap(),
     )
 }
+
+/// `tasks` tasks on each store, each sending `attempts` requests of cost 1 for `key` under
+/// `policies`, all at once. Returns how many were admitted.
+pub async fn storm(
+    stores: &[Arc<RedisStore>],
+    policies: &[Arc<Policy>],
+    key: &str,
+    tasks: usize,
+    attempts: usize,
+) -> usize {
+    use sluicegate_core::{CheckRequest, Store};
+    let start = Arc::new(tokio::sync::Barrier::new(stores.len() * tasks));
+    let mut handles = Vec::new();
+    for store in stores {
+        for _ in 0..tasks {
+            let (store, policies, key, start) = (
+                Arc::clone(store),
+                policies.to_vec(),
+                key.to_owned(),
+                Arc::clone(&start),
+            );
+            handles.push(tokio::spawn(async move {
+                start.wait().await;
+                let mut admitted = 0;
+                for _ in 0..attempts {
+                    let verdict = store
+                        .check(CheckRequest::new(&policies, &key, 1))
+                        .await
+                        .expect("Redis answers");
+                    admitted += usize::from(verdict.allowed);
+                }
+                admitted
+            }));
+        }
+    }
+    let mut admitted = 0;
+    for handle in handles {
+        admitted += handle.await.unwrap();
+    }
+    admitted
+}
+
+/// Keys matching `pattern` on the server at `port`.
+pub fn keys(port: u16, pattern: &str) -> Vec<String> {
+    cli(port, &["--scan", "--pattern", pattern])
+        .lines()
+        .filter(|l| !l.is_empty())
+        .map(str::to_owned)
+        .collect()
+}
+
+impl RedisServer {
+    /// Sends a signal (`STOP`, `CONT`) to the process.
+    pub fn signal(&self, signal: &str) {
+        let pid = self.child.as_ref().expect("running").id();
+        let status = Command::new("kill")
+            .args([&format!("-{signal}"), &pid.to_string()])
+            .status()
+            .expect("run kill");
+        assert!(status.success());
+    }
+}
