@@ -35,7 +35,9 @@ pub fn spawn(
     // The watch is set up before returning, so no change after start-up is missed.
     let (tx, rx) = mpsc::channel::<()>(1);
     let watcher = watch_dir(&path, tx);
-    tokio::spawn(watch_loop(path, loaded, watcher, rx, overrides, state, stop));
+    tokio::spawn(watch_loop(
+        path, loaded, watcher, rx, overrides, state, stop,
+    ));
 }
 
 async fn watch_loop(

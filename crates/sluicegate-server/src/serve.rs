@@ -122,7 +122,6 @@ async fn serve(
     use std::io::Write;
     let _ = std::io::stdout().flush();
 
-
     let mut failure = None;
     tokio::select! {
         () = signal => {

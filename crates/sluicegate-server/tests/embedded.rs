@@ -10,7 +10,9 @@ async fn the_61st_request_in_a_minute_from_one_ip_is_denied() {
     let server = Server::start(&[]);
     assert!(server.banner.contains("store: memory"), "{}", server.banner);
     assert!(
-        server.banner.contains("policy default: token_bucket 60/1m burst 60"),
+        server
+            .banner
+            .contains("policy default: token_bucket 60/1m burst 60"),
         "{}",
         server.banner
     );
@@ -25,7 +27,10 @@ async fn the_61st_request_in_a_minute_from_one_ip_is_denied() {
             .unwrap();
         assert_eq!(r.status(), 200, "request {i}");
         assert_eq!(r.headers()["ratelimit-limit"], "60");
-        assert_eq!(r.headers()["ratelimit-remaining"], (60 - i).to_string().as_str());
+        assert_eq!(
+            r.headers()["ratelimit-remaining"],
+            (60 - i).to_string().as_str()
+        );
     }
     let denied = client
         .get(&url)

@@ -27,7 +27,14 @@ period = "1h"
 }
 
 async fn limit_of(client: &Client, server: &Server, policy: &str) -> Option<u64> {
-    let v: Value = client.get(server.url("/v1/policies")).send().await.ok()?.json().await.ok()?;
+    let v: Value = client
+        .get(server.url("/v1/policies"))
+        .send()
+        .await
+        .ok()?
+        .json()
+        .await
+        .ok()?;
     v["policies"]
         .as_array()?
         .iter()
@@ -58,7 +65,10 @@ async fn edits_apply_broken_files_are_ignored_and_renames_are_seen() {
 
     // An edit in place applies; the unchanged policy keeps its count.
     std::fs::write(&path, config(5)).unwrap();
-    eventually("limit 5 applied", || async { limit_of(&client, &server, "changing").await == Some(5) }).await;
+    eventually("limit 5 applied", || async {
+        limit_of(&client, &server, "changing").await == Some(5)
+    })
+    .await;
     assert_eq!(check(&client, &server, "kept", 0).await["remaining"], 7);
     assert_eq!(check(&client, &server, "changing", 1).await["remaining"], 4);
 
@@ -80,7 +90,10 @@ async fn edits_apply_broken_files_are_ignored_and_renames_are_seen() {
     // A new file renamed onto the path (what editors and config tools do) is seen.
     let tmp = write(dir.path(), ".sluicegate.toml.tmp", &config(7));
     std::fs::rename(&tmp, &path).unwrap();
-    eventually("limit 7 applied", || async { limit_of(&client, &server, "changing").await == Some(7) }).await;
+    eventually("limit 7 applied", || async {
+        limit_of(&client, &server, "changing").await == Some(7)
+    })
+    .await;
     assert_eq!(check(&client, &server, "kept", 0).await["remaining"], 7);
 }
 
@@ -103,7 +116,10 @@ async fn a_configmap_style_symlink_swap_is_seen() {
     assert_eq!(limit_of(&client, &server, "changing").await, Some(3));
 
     swap(d, "..v2");
-    eventually("limit 9 applied", || async { limit_of(&client, &server, "changing").await == Some(9) }).await;
+    eventually("limit 9 applied", || async {
+        limit_of(&client, &server, "changing").await == Some(9)
+    })
+    .await;
 }
 
 /// Atomically points `..data` at `target`, as kubelet does.

@@ -37,7 +37,11 @@ policies = ["auth", "nope"]
 fn every_error_is_reported_with_line_and_column() {
     let dir = tempfile::tempdir().unwrap();
     let path = write(dir.path(), "broken.toml", BROKEN);
-    let out = binary().args(["validate", "--config"]).arg(&path).output().unwrap();
+    let out = binary()
+        .args(["validate", "--config"])
+        .arg(&path)
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(1));
     let stderr = String::from_utf8(out.stderr).unwrap();
     let expected = [
@@ -55,32 +59,52 @@ fn every_error_is_reported_with_line_and_column() {
     for (line, column, reason) in expected {
         let prefix = format!("{}:{line}:{column}: error: ", path.display());
         assert!(
-            stderr.lines().any(|l| l.starts_with(&prefix) && l.contains(reason)),
+            stderr
+                .lines()
+                .any(|l| l.starts_with(&prefix) && l.contains(reason)),
             "missing {prefix}{reason} in:\n{stderr}"
         );
     }
-    assert!(stderr.contains(&format!("{}: 10 errors", path.display())), "{stderr}");
+    assert!(
+        stderr.contains(&format!("{}: 10 errors", path.display())),
+        "{stderr}"
+    );
 }
 
 #[test]
 fn burst_below_one_is_an_error() {
     let dir = tempfile::tempdir().unwrap();
-    let text = "[[policies]]\nname = \"a\"\nalgorithm = \"gcra\"\nlimit = 1\nperiod = \"1s\"\nburst = 0\n";
+    let text =
+        "[[policies]]\nname = \"a\"\nalgorithm = \"gcra\"\nlimit = 1\nperiod = \"1s\"\nburst = 0\n";
     let path = write(dir.path(), "b.toml", text);
-    let out = binary().args(["validate", "--config"]).arg(&path).output().unwrap();
+    let out = binary()
+        .args(["validate", "--config"])
+        .arg(&path)
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(1));
     let stderr = String::from_utf8(out.stderr).unwrap();
-    assert!(stderr.contains(":6:9: error: burst must be at least 1"), "{stderr}");
+    assert!(
+        stderr.contains(":6:9: error: burst must be at least 1"),
+        "{stderr}"
+    );
 }
 
 #[test]
 fn a_syntax_error_has_its_place_too() {
     let dir = tempfile::tempdir().unwrap();
     let path = write(dir.path(), "s.toml", "[server]\nlisten = \"127.0.0.1:1\n");
-    let out = binary().args(["validate", "--config"]).arg(&path).output().unwrap();
+    let out = binary()
+        .args(["validate", "--config"])
+        .arg(&path)
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(1));
     let stderr = String::from_utf8(out.stderr).unwrap();
-    assert!(stderr.contains(&format!("{}:2:", path.display())), "{stderr}");
+    assert!(
+        stderr.contains(&format!("{}:2:", path.display())),
+        "{stderr}"
+    );
 }
 
 #[test]
@@ -90,8 +114,17 @@ fn valid_files_pass_and_serve_refuses_invalid_ones() {
     for entry in std::fs::read_dir(&root).unwrap() {
         let path = entry.unwrap().path();
         if path.extension().is_some_and(|e| e == "toml") {
-            let out = binary().args(["validate", "--config"]).arg(&path).output().unwrap();
-            assert!(out.status.success(), "{}: {}", path.display(), String::from_utf8_lossy(&out.stderr));
+            let out = binary()
+                .args(["validate", "--config"])
+                .arg(&path)
+                .output()
+                .unwrap();
+            assert!(
+                out.status.success(),
+                "{}: {}",
+                path.display(),
+                String::from_utf8_lossy(&out.stderr)
+            );
             checked += 1;
         }
     }
@@ -99,9 +132,16 @@ fn valid_files_pass_and_serve_refuses_invalid_ones() {
 
     let dir = tempfile::tempdir().unwrap();
     let path = write(dir.path(), "broken.toml", BROKEN);
-    let out = binary().args(["serve", "--listen", "127.0.0.1:0", "--config"]).arg(&path).output().unwrap();
+    let out = binary()
+        .args(["serve", "--listen", "127.0.0.1:0", "--config"])
+        .arg(&path)
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(1));
     let stderr = String::from_utf8(out.stderr).unwrap();
     assert!(stderr.contains("refusing to start"), "{stderr}");
-    assert!(stderr.contains(":14:9: error: limit must be at least 1"), "{stderr}");
+    assert!(
+        stderr.contains(":14:9: error: limit must be at least 1"),
+        "{stderr}"
+    );
 }

@@ -83,7 +83,10 @@ impl Server {
                 }
                 Err(mpsc::RecvTimeoutError::Disconnected) => {
                     std::thread::sleep(Duration::from_millis(200));
-                    panic!("sluicegate closed stdout: {banner}\n{}", log.lock().unwrap());
+                    panic!(
+                        "sluicegate closed stdout: {banner}\n{}",
+                        log.lock().unwrap()
+                    );
                 }
             }
         }
@@ -124,7 +127,10 @@ impl Server {
             if let Some(status) = self.child.try_wait().unwrap() {
                 return status;
             }
-            assert!(Instant::now() < deadline, "server did not stop after SIGTERM");
+            assert!(
+                Instant::now() < deadline,
+                "server did not stop after SIGTERM"
+            );
             std::thread::sleep(Duration::from_millis(20));
         }
     }
@@ -161,7 +167,9 @@ pub fn program(name: &str) -> Option<PathBuf> {
     let found = dirs.iter().map(|d| d.join(name)).find(|p| p.is_file());
     if found.is_none() {
         if std::env::var("CI").is_ok_and(|v| v == "true") {
-            panic!("{name} is required (scripts/install-test-deps.sh installs it) but is not installed");
+            panic!(
+                "{name} is required (scripts/install-test-deps.sh installs it) but is not installed"
+            );
         }
         eprintln!("SKIPPED: {name} is not installed (run scripts/install-test-deps.sh)");
     }
