@@ -123,3 +123,65 @@ on_store_error = "deny"
         }
     }
 }
+
+#[tokio::test]
+async fn a_redis_that_is_down_follows_on_store_error() {
+    // No redis-server needed: nothing listens on this port.
+    let dead = format!("redis://127.0.0.1:{}/0", free_port());
+    let dir = tempfile::tempdir().unwrap();
+    let config = r#"
+[[policies]]
+name = "open"
+algorithm = "token_bucket"
+limit = 5
+period = "1m"
+
+[[policies]]
+name = "closed"
+algorithm = "token_bucket"
+limit = 5
+period = "1m"
+on_store_error = "deny"
+"#;
+    let path = write(dir.path(), "down.toml", config);
+    // `--redis` overrides the file's (default, in-memory) store.
+    let server = Server::start(&["--config", path.to_str().unwrap(), "--redis", &dead]);
+    assert!(server.banner.contains("store: redis"), "{}", server.banner);
+    let client = Client::new();
+    let r = client.get(server.url("/readyz")).send().await.unwrap();
+    assert_eq!(r.status(), 503);
+    assert_eq!(
+        r.json::<Value>().await.unwrap()["error"],
+        "store_unavailable"
+    );
+    let decide = |policy: &'static str| {
+        let client = client.clone();
+        let url = server.url("/v1/check");
+        async move {
+            let r = client
+                .post(url)
+                .json(&json!({"policy": policy, "key": "k"}))
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(r.status(), 200);
+            r.json::<Value>().await.unwrap()
+        }
+    };
+    assert_eq!(decide("open").await["allowed"], true);
+    let closed = decide("closed").await;
+    assert_eq!(closed["allowed"], false);
+    assert_eq!(closed["retry_after_ms"], 1000);
+    let metrics = client
+        .get(server.url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains(r#"sluicegate_decisions_total{policy="closed",outcome="store_error"} 1"#),
+        "{metrics}"
+    );
+}
