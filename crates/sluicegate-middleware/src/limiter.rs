@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use http::{HeaderMap, Method, Response, StatusCode};
+use http::{HeaderMap, HeaderValue, Method, Response, StatusCode};
 use http_body_util::Full;
 use sluicegate_core::store::MAX_KEY_LEN;
 use sluicegate_core::{CheckRequest, Outcome, Policy, Store, StoreError, Verdict, VerdictObserver};
@@ -159,7 +159,7 @@ impl RateLimiter {
     /// Decides a request on `route` for an already formed client `key`.
     pub async fn check_key(&self, route: &Route, key: String) -> RateLimitDecision {
         let policies = route.policies();
-        let request = CheckRequest::new(policies, &key, 1);
+        let request = CheckRequest::new(policies, &key, COST);
         let result = match self.store_timeout {
             Some(limit) => tokio::time::timeout(limit, self.store.check(request))
                 .await
@@ -167,7 +167,7 @@ impl RateLimiter {
             None => self.store.check(request).await,
         };
         let verdict = match result {
-            Ok(verdict) => verdict,
+            Ok(verdict) => unconsumed_remaining(verdict, COST),
             Err(error) => {
                 self.warn_store_error(&error);
                 Verdict::store_failed(policies)
@@ -187,7 +187,8 @@ impl RateLimiter {
         RateLimitDecision {
             verdict,
             key,
-            route_path: route.path().into(),
+            route_path: Arc::clone(route.path_arc()),
+            policy_field: route.policy_field().cloned(),
             store: Arc::clone(&self.store),
             header_sets: Arc::clone(&self.header_sets),
         }
@@ -209,6 +210,22 @@ impl RateLimiter {
     }
 }
 
+/// A policy's `remaining` assumes its decision is carried out; when another policy
+/// rejects the request nothing is consumed, so the admitting ones still have `cost` more.
+fn unconsumed_remaining(mut verdict: Verdict, cost: u64) -> Verdict {
+    if !verdict.allowed {
+        for d in &mut verdict.decisions {
+            if d.decision.allowed {
+                d.decision.remaining = d.decision.remaining.saturating_add(cost);
+            }
+        }
+    }
+    verdict
+}
+
+/// Every HTTP request weighs one.
+const COST: u64 = 1;
+
 /// What the limiter decided for one request. It has already been counted and observed.
 ///
 /// Admitted: possibly [`wait`](Self::wait) (delay mode), forward the request, then
@@ -219,6 +236,7 @@ pub struct RateLimitDecision {
     verdict: Verdict,
     key: String,
     route_path: Arc<str>,
+    policy_field: Option<HeaderValue>,
     store: Arc<dyn Store>,
     header_sets: Arc<[HeaderSet]>,
 }
@@ -261,7 +279,12 @@ impl RateLimitDecision {
 
     /// Writes the configured rate-limit headers (and `Retry-After` on a rejection).
     pub fn write_headers(&self, headers: &mut HeaderMap) {
-        headers::write_headers(&self.header_sets, &self.verdict, headers);
+        headers::write_headers_cached(
+            &self.header_sets,
+            &self.verdict,
+            self.policy_field.as_ref(),
+            headers,
+        );
     }
 
     /// The 429 response: JSON body, `Retry-After`, rate-limit headers.

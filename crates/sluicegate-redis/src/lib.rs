@@ -1,1 +1,50 @@
-//! placeholder
+//! Sluicegate's Redis store: [`RedisStore`], a [`sluicegate_core::Store`] that keeps limiter
+//! state in Redis or Redis Cluster so many gateway or service instances share one set of
+//! limits.
+//!
+//! - **Atomic, one round trip.** Every algorithm of the core is a Lua script (one `.lua` file
+//!   each); they are built into one entry script that decides a request under any number of
+//!   policies all-or-nothing (the core's [`Verdict::combine`](sluicegate_core::Verdict::combine)
+//!   rule) in one `EVALSHA`, and a whole batch in one more.
+//! - **Same decisions as the in-memory store.** Same integer-microsecond arithmetic, exact
+//!   within a documented range ([`check_policy`], [`EXACT_BOUND`]).
+//! - **The Redis server's clock** (`TIME` inside the script), never the caller's.
+//! - **Every key has a TTL**, set on every write to when its state is idle again.
+//! - **Redis Cluster**: all keys of one client key share a hash slot ([`state_key`]).
+//! - **Bounded failure**: each call is bounded by the configured timeout; a circuit breaker
+//!   fails fast while Redis is down, and a background probe brings it back within
+//!   [`PROBE_INTERVAL`] of Redis answering. The store reports errors; callers apply the
+//!   policy's `on_store_error`.
+//!
+//! It is not a cache in front of another store, and it does not decide what happens when
+//! Redis fails: that is the caller's `on_store_error`.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! use std::{sync::Arc, time::Duration};
+//! use sluicegate_core::{AlgorithmKind, CheckRequest, Policy, Store};
+//! use sluicegate_redis::{RedisConfig, RedisStore};
+//!
+//! let store = RedisStore::connect(RedisConfig::standalone("redis://127.0.0.1:6379/0")).await?;
+//! let policies = [Arc::new(
+//!     Policy::builder("login", AlgorithmKind::Gcra, 10, Duration::from_secs(60)).build()?,
+//! )];
+//! let verdict = store.check(CheckRequest::new(&policies, "203.0.113.7", 1)).await?;
+//! println!("allowed: {}", verdict.allowed);
+//! # Ok(()) }
+//! ```
+
+mod breaker;
+mod cache;
+mod config;
+mod conn;
+mod keys;
+mod range;
+mod script;
+mod store;
+
+pub use cache::LOCAL_CACHE_CAPACITY;
+pub use config::{RedisConfig, RedisStoreError};
+pub use keys::state_key;
+pub use range::{EXACT_BOUND, check_policy};
+pub use store::{BATCH_CHUNK, METRIC_DURATION, METRIC_ERRORS, PROBE_INTERVAL, RedisStore};

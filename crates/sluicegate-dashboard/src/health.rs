@@ -1,0 +1,40 @@
+//! [`HealthProbe`]: how the dashboard asks the store whether it is well.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use sluicegate_core::{BoxFuture, Store};
+
+use crate::snapshot::StoreHealth;
+
+/// Longest the dashboard waits for a ping before calling the store unreachable.
+pub const PROBE_TIMEOUT: Duration = Duration::from_millis(500);
+
+/// Something that reports the store's health. Implemented for any `Arc<S: Store>`, so the
+/// server passes its `Arc<dyn Store>`.
+pub trait HealthProbe: Send + Sync + 'static {
+    /// Probes now.
+    fn health(&self) -> BoxFuture<'_, StoreHealth>;
+}
+
+impl<S: Store + ?Sized> HealthProbe for Arc<S> {
+    fn health(&self) -> BoxFuture<'_, StoreHealth> {
+        Box::pin(async move {
+            let started = Instant::now();
+            let ping = tokio::time::timeout(PROBE_TIMEOUT, self.ping()).await;
+            let ping_ms = started.elapsed().as_secs_f64() * 1_000.0;
+            let error = match ping {
+                Ok(Ok(())) => None,
+                Ok(Err(e)) => Some(e.to_string()),
+                Err(_) => Some(format!("no answer within {} ms", PROBE_TIMEOUT.as_millis())),
+            };
+            StoreHealth {
+                kind: self.kind().to_owned(),
+                reachable: error.is_none(),
+                error,
+                tracked_keys: self.tracked_keys(),
+                ping_ms,
+            }
+        })
+    }
+}

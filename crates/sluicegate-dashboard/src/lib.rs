@@ -1,0 +1,129 @@
+//! Sluicegate's live dashboard: `GET /dashboard`, one self-contained HTML page (script and
+//! style inline, embedded in the binary, nothing from a CDN), which polls
+//! `GET /dashboard/data` for decisions per second by policy and outcome, the most limited
+//! keys of the last minutes, and the store's health.
+//!
+//! Decisions arrive through [`DashboardObserver`], a
+//! [`VerdictObserver`](sluicegate_core::VerdictObserver) the server adds next to its metrics
+//! observer. Its memory is fixed by [`DashboardConfig`] whatever the traffic: per-second
+//! counters for a minute, and the most limited keys in a [space-saving sketch](sketch) per
+//! minute, never a map of every key.
+//!
+//! It is not a metrics system: nothing is persisted, and a restart starts from zero. For
+//! history, scrape `/metrics`.
+//!
+//! ```no_run
+//! use std::sync::Arc;
+//! use sluicegate_core::{MemoryStore, Store, VerdictObserver};
+//! use sluicegate_dashboard::{Dashboard, DashboardObserver};
+//!
+//! # async fn serve() -> std::io::Result<()> {
+//! let store: Arc<dyn Store> = Arc::new(MemoryStore::new(100_000));
+//! let observer = Arc::new(DashboardObserver::default());
+//! // Give `observer` (as an Arc<dyn VerdictObserver>) to whatever decides requests.
+//! let app: axum::Router = sluicegate_dashboard::router(Dashboard::new(observer).with_probe(store));
+//! let listener = tokio::net::TcpListener::bind("127.0.0.1:8080").await?;
+//! axum::serve(listener, app).await
+//! # }
+//! ```
+
+mod health;
+mod recorder;
+pub mod sketch;
+mod snapshot;
+
+use std::sync::Arc;
+
+use axum::extract::State;
+use axum::http::header;
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Json, Router};
+
+pub use health::{HealthProbe, PROBE_TIMEOUT};
+pub use recorder::{DashboardConfig, DashboardObserver, MAX_DISPLAY_KEY, MAX_POLICIES, OUTCOMES};
+pub use snapshot::{KeyRow, OutcomeCounts, PolicyRow, Snapshot, StoreHealth};
+
+/// The page, script and style inline.
+pub const PAGE: &str = include_str!("page.html");
+
+/// Nothing but the page's own inline code may run, and it may only fetch from this server.
+const CSP: &str = "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; \
+                   connect-src 'self'; img-src data:; base-uri 'none'; form-action 'none'; \
+                   frame-ancestors 'none'";
+
+/// What the dashboard's routes share: the observer that counts, and the store to probe.
+#[derive(Clone)]
+pub struct Dashboard {
+    observer: Arc<DashboardObserver>,
+    probe: Option<Arc<dyn HealthProbe>>,
+}
+
+impl std::fmt::Debug for Dashboard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Dashboard")
+            .field("observer", &self.observer)
+            .field("probe", &self.probe.is_some())
+            .finish()
+    }
+}
+
+impl Dashboard {
+    /// A dashboard showing what `observer` saw.
+    pub fn new(observer: Arc<DashboardObserver>) -> Self {
+        Dashboard {
+            observer,
+            probe: None,
+        }
+    }
+
+    /// Also shows the health of a store (any `Arc<dyn Store>`), probed at each poll.
+    pub fn with_probe(mut self, probe: impl HealthProbe) -> Self {
+        self.probe = Some(Arc::new(probe));
+        self
+    }
+
+    /// The observer.
+    pub fn observer(&self) -> &Arc<DashboardObserver> {
+        &self.observer
+    }
+
+    /// The data the page shows, store probed now.
+    pub async fn snapshot(&self) -> Snapshot {
+        let mut snapshot = self.observer.snapshot();
+        if let Some(probe) = &self.probe {
+            snapshot.store = Some(probe.health().await);
+        }
+        snapshot
+    }
+}
+
+/// `GET /dashboard` (the page) and `GET /dashboard/data` (its JSON), for merging into the
+/// server's router.
+pub fn router<S: Clone + Send + Sync + 'static>(dashboard: Dashboard) -> Router<S> {
+    Router::new()
+        .route("/dashboard", get(page))
+        .route("/dashboard/data", get(data))
+        .with_state(dashboard)
+}
+
+async fn page() -> Response {
+    (
+        [
+            (header::CONTENT_TYPE, "text/html; charset=utf-8"),
+            (header::CONTENT_SECURITY_POLICY, CSP),
+            (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
+            (header::CACHE_CONTROL, "no-cache"),
+        ],
+        PAGE,
+    )
+        .into_response()
+}
+
+async fn data(State(dashboard): State<Dashboard>) -> Response {
+    (
+        [(header::CACHE_CONTROL, "no-store")],
+        Json(dashboard.snapshot().await),
+    )
+        .into_response()
+}

@@ -1,0 +1,474 @@
+//! [`DashboardObserver`]: sees every verdict and keeps, in fixed memory, what the page
+//! shows: decisions per second by policy and outcome over the last minute, and the most
+//! limited keys of the last few minutes (one space-saving sketch per minute).
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+use sluicegate_core::{Clock, Outcome, SystemClock, Verdict, VerdictObserver};
+
+use crate::sketch::SpaceSaving;
+use crate::snapshot::{KeyRow, PolicyRow, Snapshot};
+
+/// The outcomes in the order the counters keep them.
+pub const OUTCOMES: [Outcome; 5] = [
+    Outcome::Allowed,
+    Outcome::Denied,
+    Outcome::Delayed,
+    Outcome::ShadowDenied,
+    Outcome::StoreError,
+];
+
+fn slot(outcome: Outcome) -> usize {
+    match outcome {
+        Outcome::Allowed => 0,
+        Outcome::Denied => 1,
+        Outcome::Delayed => 2,
+        Outcome::ShadowDenied => 3,
+        Outcome::StoreError => 4,
+    }
+}
+
+/// Longest key kept for display, in bytes; longer keys are cut (at a character boundary).
+pub const MAX_DISPLAY_KEY: usize = 256;
+
+/// Most distinct policy names counted per second; more (a config churning through names)
+/// are counted under `(other)`.
+pub const MAX_POLICIES: usize = 256;
+
+/// How much the observer keeps. Memory is bounded by these numbers alone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DashboardConfig {
+    /// Seconds of per-second counts kept (the page's series and totals).
+    pub window_seconds: u64,
+    /// Seconds averaged into the rate shown as "per second".
+    pub rate_seconds: u64,
+    /// Minutes of top-key sketches kept.
+    pub top_minutes: u64,
+    /// Counters per minute sketch.
+    pub sketch_capacity: usize,
+    /// Keys listed on the page.
+    pub top_keys: usize,
+}
+
+impl Default for DashboardConfig {
+    fn default() -> Self {
+        DashboardConfig {
+            window_seconds: 60,
+            rate_seconds: 10,
+            top_minutes: 5,
+            sketch_capacity: 128,
+            top_keys: 15,
+        }
+    }
+}
+
+type PolicyName = Arc<str>;
+type Item = (PolicyName, Arc<str>);
+
+struct Second {
+    at: u64,
+    counts: Vec<(PolicyName, [u64; 5])>,
+}
+
+struct Minute {
+    at: u64,
+    sketch: SpaceSaving<Item>,
+}
+
+struct Inner {
+    seconds: VecDeque<Second>,
+    minutes: VecDeque<Minute>,
+    names: HashMap<Box<str>, PolicyName>,
+}
+
+/// A [`VerdictObserver`] for the dashboard; hand it to the server's observer list, and the
+/// same `Arc` to [`Dashboard::new`](crate::Dashboard::new).
+///
+/// ```
+/// use std::{sync::Arc, time::Duration};
+/// use sluicegate_core::{AlgorithmKind, CheckRequest, ManualClock, MemoryStore, Policy, VerdictObserver};
+/// use sluicegate_dashboard::DashboardObserver;
+///
+/// let clock = ManualClock::new(1_000_000_000_000);
+/// let observer = DashboardObserver::with_clock(Default::default(), Arc::new(clock.clone()));
+/// let store = MemoryStore::with_clock(1000, clock);
+/// let policies = [Arc::new(Policy::builder("api", AlgorithmKind::FixedWindow, 1, Duration::from_secs(60)).build()?)];
+/// for _ in 0..3 {
+///     let verdict = store.check_now(CheckRequest::new(&policies, "alice", 1))?;
+///     observer.observe("alice", &verdict);
+/// }
+/// let snapshot = observer.snapshot();
+/// assert_eq!(snapshot.policies[0].last_window.denied, 2);
+/// assert_eq!((snapshot.top_keys[0].key.as_str(), snapshot.top_keys[0].limited), ("alice", 2));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub struct DashboardObserver {
+    config: DashboardConfig,
+    clock: Arc<dyn Clock>,
+    inner: Mutex<Inner>,
+}
+
+impl std::fmt::Debug for DashboardObserver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DashboardObserver")
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Default for DashboardObserver {
+    fn default() -> Self {
+        Self::new(DashboardConfig::default())
+    }
+}
+
+impl DashboardObserver {
+    /// An observer on the wall clock.
+    pub fn new(config: DashboardConfig) -> Self {
+        Self::with_clock(config, Arc::new(SystemClock))
+    }
+
+    /// An observer reading time from `clock` (tests use a `ManualClock`).
+    pub fn with_clock(config: DashboardConfig, clock: Arc<dyn Clock>) -> Self {
+        let config = DashboardConfig {
+            window_seconds: config.window_seconds.max(1),
+            rate_seconds: config.rate_seconds.clamp(1, config.window_seconds.max(1)),
+            top_minutes: config.top_minutes.max(1),
+            sketch_capacity: config.sketch_capacity.max(1),
+            top_keys: config.top_keys,
+        };
+        DashboardObserver {
+            config,
+            clock,
+            inner: Mutex::new(Inner {
+                seconds: VecDeque::new(),
+                minutes: VecDeque::new(),
+                names: HashMap::new(),
+            }),
+        }
+    }
+
+    /// What the observer keeps.
+    pub fn config(&self) -> DashboardConfig {
+        self.config
+    }
+
+    fn now_second(&self) -> u64 {
+        self.clock.now() / 1_000_000
+    }
+
+    /// The page's data as of now.
+    pub fn snapshot(&self) -> Snapshot {
+        let now_us = self.clock.now();
+        let now = now_us / 1_000_000;
+        let window = self.config.window_seconds;
+        let first = (now + 1).saturating_sub(window);
+        let rate_first = (now + 1).saturating_sub(self.config.rate_seconds);
+        let inner = self.inner.lock();
+        let mut policies: Vec<PolicyRow> = Vec::new();
+        let mut rows: HashMap<&str, usize> = HashMap::new();
+        for second in inner
+            .seconds
+            .iter()
+            .filter(|s| s.at >= first && s.at <= now)
+        {
+            let offset = (second.at - first) as usize;
+            for (name, counts) in &second.counts {
+                let row = *rows.entry(name).or_insert_with(|| {
+                    policies.push(PolicyRow::new(name, window as usize));
+                    policies.len() - 1
+                });
+                policies[row].add(offset, counts, second.at >= rate_first);
+            }
+        }
+        for row in &mut policies {
+            row.finish(self.config.rate_seconds);
+        }
+        policies.sort_by(|a, b| a.policy.cmp(&b.policy));
+
+        let oldest_minute = (now / 60 + 1).saturating_sub(self.config.top_minutes);
+        let mut merged: HashMap<&Item, (u64, u64)> = HashMap::new();
+        for minute in inner.minutes.iter().filter(|m| m.at >= oldest_minute) {
+            for counter in minute.sketch.counters() {
+                let entry = merged.entry(&counter.item).or_default();
+                entry.0 += counter.count;
+                entry.1 += counter.error;
+            }
+        }
+        let mut top_keys: Vec<KeyRow> = merged
+            .into_iter()
+            .map(|((policy, key), (limited, error))| KeyRow {
+                policy: policy.to_string(),
+                key: key.to_string(),
+                limited,
+                error,
+            })
+            .collect();
+        top_keys.sort_by(|a, b| {
+            b.limited
+                .cmp(&a.limited)
+                .then_with(|| a.policy.cmp(&b.policy))
+                .then_with(|| a.key.cmp(&b.key))
+        });
+        top_keys.truncate(self.config.top_keys);
+        Snapshot {
+            generated_at_ms: now_us / 1_000,
+            window_seconds: window,
+            rate_seconds: self.config.rate_seconds,
+            top_minutes: self.config.top_minutes,
+            sketch_capacity: self.config.sketch_capacity,
+            policies,
+            top_keys,
+            store: None,
+        }
+    }
+}
+
+impl Inner {
+    fn name(&mut self, name: &str) -> PolicyName {
+        if let Some(n) = self.names.get(name) {
+            return Arc::clone(n);
+        }
+        if self.names.len() >= MAX_POLICIES * 4 {
+            // Names from old configs; the buckets keep their own Arcs.
+            self.names.clear();
+        }
+        let n: PolicyName = Arc::from(name);
+        self.names.insert(name.into(), Arc::clone(&n));
+        n
+    }
+
+    fn second(&mut self, at: u64, window: u64) -> &mut Second {
+        if self.seconds.back().is_none_or(|s| s.at < at) {
+            self.seconds.push_back(Second {
+                at,
+                counts: Vec::new(),
+            });
+        }
+        while self.seconds.front().is_some_and(|s| s.at + window <= at) {
+            self.seconds.pop_front();
+        }
+        // A clock that stepped back counts into the newest second.
+        let last = self.seconds.len() - 1;
+        &mut self.seconds[last]
+    }
+
+    fn minute(&mut self, at: u64, keep: u64, capacity: usize) -> &mut SpaceSaving<Item> {
+        if self.minutes.back().is_none_or(|m| m.at < at) {
+            self.minutes.push_back(Minute {
+                at,
+                sketch: SpaceSaving::new(capacity),
+            });
+        }
+        while self.minutes.front().is_some_and(|m| m.at + keep <= at) {
+            self.minutes.pop_front();
+        }
+        let last = self.minutes.len() - 1;
+        &mut self.minutes[last].sketch
+    }
+}
+
+fn display_key(key: &str) -> &str {
+    if key.len() <= MAX_DISPLAY_KEY {
+        return key;
+    }
+    let mut end = MAX_DISPLAY_KEY;
+    while !key.is_char_boundary(end) {
+        end -= 1;
+    }
+    &key[..end]
+}
+
+impl VerdictObserver for DashboardObserver {
+    fn observe(&self, key: &str, verdict: &Verdict) {
+        let now = self.now_second();
+        let mut inner = self.inner.lock();
+        let mut key_arc: Option<Arc<str>> = None;
+        for decision in &verdict.decisions {
+            let name = inner.name(decision.policy.name());
+            let second = inner.second(now, self.config.window_seconds);
+            let index = match second.counts.iter().position(|(n, _)| *n == name) {
+                Some(i) => i,
+                None if second.counts.len() < MAX_POLICIES => {
+                    second.counts.push((Arc::clone(&name), [0; 5]));
+                    second.counts.len() - 1
+                }
+                None => {
+                    let other: PolicyName = Arc::from("(other)");
+                    match second.counts.iter().position(|(n, _)| *n == other) {
+                        Some(i) => i,
+                        None => {
+                            second.counts.push((other, [0; 5]));
+                            second.counts.len() - 1
+                        }
+                    }
+                }
+            };
+            second.counts[index].1[slot(decision.outcome)] += 1;
+            if matches!(decision.outcome, Outcome::Denied | Outcome::ShadowDenied) {
+                let key = key_arc
+                    .get_or_insert_with(|| Arc::from(display_key(key)))
+                    .clone();
+                inner
+                    .minute(
+                        now / 60,
+                        self.config.top_minutes,
+                        self.config.sketch_capacity,
+                    )
+                    .add((name, key), 1);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn long_keys_are_cut_at_a_char_boundary() {
+        let key = "é".repeat(200);
+        let cut = display_key(&key);
+        assert!(cut.len() <= MAX_DISPLAY_KEY);
+        assert!(key.starts_with(cut));
+        assert_eq!(display_key("short"), "short");
+    }
+}
+
+#[cfg(test)]
+mod window_tests {
+    use std::time::Duration;
+
+    use sluicegate_core::{AlgorithmKind, CheckRequest, ManualClock, MemoryStore, Mode, Policy};
+
+    use super::*;
+
+    const START: u64 = 1_796_000_000_000_000;
+
+    fn setup(config: DashboardConfig) -> (ManualClock, DashboardObserver) {
+        let clock = ManualClock::new(START);
+        let observer = DashboardObserver::with_clock(config, Arc::new(clock.clone()));
+        (clock, observer)
+    }
+
+    fn policy(name: &str, limit: u64, mode: Mode) -> Arc<Policy> {
+        Arc::new(
+            Policy::builder(
+                name,
+                AlgorithmKind::FixedWindow,
+                limit,
+                Duration::from_secs(3600),
+            )
+            .mode(mode)
+            .build()
+            .unwrap(),
+        )
+    }
+
+    #[test]
+    fn counts_by_policy_and_outcome_and_age_out() {
+        let (clock, observer) = setup(DashboardConfig::default());
+        let store = MemoryStore::with_clock(1000, clock.clone());
+        let strict = [policy("strict", 2, Mode::Reject)];
+        let shadow = [policy("trial", 1, Mode::Shadow)];
+        for _ in 0..5 {
+            observer.observe(
+                "k",
+                &store.check_now(CheckRequest::new(&strict, "k", 1)).unwrap(),
+            );
+            observer.observe(
+                "k",
+                &store.check_now(CheckRequest::new(&shadow, "k", 1)).unwrap(),
+            );
+        }
+        clock.advance(Duration::from_secs(1));
+        observer.observe(
+            "j",
+            &store.check_now(CheckRequest::new(&strict, "j", 1)).unwrap(),
+        );
+        let s = observer.snapshot();
+        let names: Vec<&str> = s.policies.iter().map(|p| p.policy.as_str()).collect();
+        assert_eq!(names, ["strict", "trial"]);
+        assert_eq!(s.policies[0].last_window.allowed, 3);
+        assert_eq!(s.policies[0].last_window.denied, 3);
+        assert_eq!(s.policies[1].last_window.allowed, 1);
+        assert_eq!(s.policies[1].last_window.shadow_denied, 4);
+        assert_eq!(s.policies[0].series.denied[58], 3);
+        assert_eq!(s.policies[0].series.allowed[59], 1);
+        assert!((s.policies[0].per_second.denied - 0.3).abs() < 1e-9);
+        let keys: Vec<(&str, &str, u64)> = s
+            .top_keys
+            .iter()
+            .map(|k| (k.policy.as_str(), k.key.as_str(), k.limited))
+            .collect();
+        assert_eq!(keys, [("trial", "k", 4), ("strict", "k", 3)]);
+
+        // A minute later the per-second counts are gone, the limited keys are not.
+        clock.advance(Duration::from_secs(60));
+        let s = observer.snapshot();
+        assert!(s.policies.is_empty());
+        assert_eq!(s.top_keys.len(), 2);
+        // Five minutes later, neither.
+        clock.advance(Duration::from_secs(300));
+        assert!(observer.snapshot().top_keys.is_empty());
+    }
+
+    #[test]
+    fn a_flood_of_unique_keys_keeps_memory_fixed_and_finds_the_heavy_hitter() {
+        let config = DashboardConfig {
+            sketch_capacity: 16,
+            ..Default::default()
+        };
+        let (clock, observer) = setup(config);
+        let store = MemoryStore::with_clock(10, clock.clone());
+        let policies = [policy("p", 1, Mode::Reject)];
+        // The store is bounded too; only the verdicts matter here.
+        let denied = {
+            store
+                .check_now(CheckRequest::new(&policies, "x", 1))
+                .unwrap();
+            store
+                .check_now(CheckRequest::new(&policies, "x", 1))
+                .unwrap()
+        };
+        assert!(!denied.allowed);
+        for i in 0..60_000u64 {
+            if i % 5 == 0 {
+                observer.observe("attacker", &denied);
+            } else {
+                observer.observe(&format!("spoofed-{i}"), &denied);
+            }
+            if i % 15_000 == 0 {
+                clock.advance(Duration::from_secs(61));
+            }
+        }
+        let inner = observer.inner.lock();
+        assert!(inner.minutes.len() <= 5);
+        assert!(inner.minutes.iter().all(|m| m.sketch.len() <= 16));
+        assert!(inner.seconds.len() <= 60);
+        drop(inner);
+        let s = observer.snapshot();
+        assert_eq!(s.top_keys[0].key, "attacker");
+        assert!(s.top_keys[0].limited >= 12_000);
+        assert!(s.top_keys.len() <= DashboardConfig::default().top_keys);
+    }
+
+    #[test]
+    fn policy_names_are_bounded_per_second() {
+        let (clock, observer) = setup(DashboardConfig::default());
+        let store = MemoryStore::with_clock(10_000, clock);
+        for i in 0..(MAX_POLICIES + 50) {
+            let p = [policy(&format!("p{i}"), 5, Mode::Reject)];
+            observer.observe(
+                "k",
+                &store.check_now(CheckRequest::new(&p, "k", 1)).unwrap(),
+            );
+        }
+        let s = observer.snapshot();
+        assert_eq!(s.policies.len(), MAX_POLICIES + 1);
+        let other = s.policies.iter().find(|p| p.policy == "(other)").unwrap();
+        assert_eq!(other.last_window.allowed, 50);
+    }
+}

@@ -1,0 +1,299 @@
+//! Delay, shadow and store-error behaviour over real HTTP.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::{Counting, ok_count, policy_mode, serve, serve_on, statuses};
+use sluicegate_core::{
+    AlgorithmKind, BoxFuture, CheckRequest, MemoryStore, Mode, OnStoreError, Outcome, Policy,
+    Store, StoreError, Verdict,
+};
+use sluicegate_middleware::{RateLimiter, RejectionBody, RouteSpec};
+
+/// GCRA, 10 a second (one every 100 ms), burst 1, waiting up to `max_delay`.
+fn paced(max_delay: Duration) -> Policy {
+    Policy::builder("paced", AlgorithmKind::Gcra, 10, Duration::from_secs(1))
+        .burst(1)
+        .mode(Mode::Delay)
+        .max_delay(max_delay)
+        .build()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn delay_mode_spaces_requests_by_the_emission_interval() {
+    let observer = Arc::new(Counting::default());
+    let limiter = RateLimiter::builder(Arc::new(MemoryStore::new(1000)))
+        .policy(paced(Duration::from_millis(450)))
+        .route(RouteSpec::new("/", &["paced"]))
+        .observer(observer.clone())
+        .build()
+        .unwrap();
+    let (addr, calls) = serve_on(limiter, "127.0.0.1:0").await;
+    let url = format!("http://{addr}/work");
+    let client = reqwest::Client::new();
+
+    // Six at once: slots at 0, 100, 200, 300, 400 ms fit max_delay; the sixth (500 ms)
+    // does not and is rejected at once rather than after a wait.
+    let started = Instant::now();
+    let requests: Vec<_> = (0..6)
+        .map(|_| {
+            let request = client.get(&url).send();
+            async move {
+                let response = request.await.unwrap();
+                (
+                    response.status().as_u16(),
+                    started.elapsed(),
+                    response.headers().clone(),
+                )
+            }
+        })
+        .collect();
+    let mut responses = futures_util::future::join_all(requests).await;
+    responses.sort_by_key(|(status, ..)| *status);
+    let statuses: Vec<u16> = responses.iter().map(|(s, ..)| *s).collect();
+    assert_eq!(statuses, [200, 200, 200, 200, 200, 429]);
+    let (_, rejected_after, headers) = &responses[5];
+    assert!(
+        *rejected_after < Duration::from_millis(300),
+        "{rejected_after:?}"
+    );
+    assert!(
+        headers["retry-after"]
+            .to_str()
+            .unwrap()
+            .parse::<u64>()
+            .unwrap()
+            >= 1
+    );
+
+    let mut times = calls.lock().unwrap().clone();
+    times.sort();
+    assert_eq!(times.len(), 5);
+    for pair in times.windows(2) {
+        let gap = pair[1] - pair[0];
+        assert!(
+            gap >= Duration::from_millis(70),
+            "gap {gap:?} under the 100 ms interval"
+        );
+    }
+    assert!(times[4] - times[0] >= Duration::from_millis(370));
+    assert!(started.elapsed() < Duration::from_secs(3));
+    assert_eq!(observer.count("paced", Outcome::Delayed), 4);
+    assert_eq!(observer.count("paced", Outcome::Allowed), 1);
+    assert_eq!(observer.count("paced", Outcome::Denied), 1);
+}
+
+#[tokio::test]
+async fn a_dropped_waiting_request_gives_its_slot_back() {
+    // One a second, burst 1, waits up to 1.5 s.
+    let policy = Arc::new(
+        Policy::builder("slow", AlgorithmKind::Gcra, 1, Duration::from_secs(1))
+            .burst(1)
+            .mode(Mode::Delay)
+            .max_delay(Duration::from_millis(1500))
+            .build()
+            .unwrap(),
+    );
+    let store = Arc::new(MemoryStore::new(1000));
+    let limiter = RateLimiter::builder(store.clone())
+        .policy((*policy).clone())
+        .route(RouteSpec::new("/", &["slow"]))
+        .build()
+        .unwrap();
+    let base = serve(limiter).await;
+    let client = reqwest::Client::new();
+
+    // A takes the burst; B reserves the slot at +1 s and gives up after 200 ms.
+    assert_eq!(client.get(&base).send().await.unwrap().status(), 200);
+    let impatient = reqwest::Client::builder()
+        .timeout(Duration::from_millis(200))
+        .build()
+        .unwrap();
+    assert!(impatient.get(&base).send().await.is_err());
+
+    // Wait until the refund has happened: the key's reset_after drops back under ~1 s.
+    let policies = [policy];
+    let deadline = Instant::now() + Duration::from_secs(3);
+    loop {
+        let read = store
+            .check_now(CheckRequest::new(&policies, "ip:127.0.0.1", 0))
+            .unwrap();
+        if read.decisions[0].decision.reset_after <= 1_000_000 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the slot of the dropped request was not refunded"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // C gets B's slot (about 0.8 s away). Without the refund its slot would be ~1.8 s away,
+    // over max_delay, and it would be rejected.
+    assert_eq!(client.get(&base).send().await.unwrap().status(), 200);
+}
+
+#[tokio::test]
+async fn shadow_mode_never_rejects_and_counts_would_be_rejections() {
+    let observer = Arc::new(Counting::default());
+    let limiter = RateLimiter::builder(Arc::new(MemoryStore::new(1000)))
+        .policy(policy_mode("dry", 3, Duration::from_secs(60), Mode::Shadow))
+        .route(RouteSpec::new("/", &["dry"]))
+        .observer(observer.clone())
+        .build()
+        .unwrap();
+    let base = serve(limiter).await;
+    let client = reqwest::Client::new();
+    let got = statuses(&client, &format!("{base}/a"), 10).await;
+    assert_eq!(ok_count(&got), 10);
+    assert_eq!(observer.count("dry", Outcome::Allowed), 3);
+    assert_eq!(observer.count("dry", Outcome::ShadowDenied), 7);
+    // Shadow policies send no numbers a client might act on.
+    let response = client.get(&base).send().await.unwrap();
+    assert!(response.headers().get("ratelimit").is_none());
+}
+
+#[tokio::test]
+async fn shadow_next_to_an_enforcing_policy_changes_nothing() {
+    let observer = Arc::new(Counting::default());
+    let limiter = RateLimiter::builder(Arc::new(MemoryStore::new(1000)))
+        .policy(policy_mode("dry", 1, Duration::from_secs(60), Mode::Shadow))
+        .policy(policy_mode(
+            "real",
+            4,
+            Duration::from_secs(60),
+            Mode::Reject,
+        ))
+        .route(RouteSpec::new("/", &["dry", "real"]))
+        .observer(observer.clone())
+        .build()
+        .unwrap();
+    let base = serve(limiter).await;
+    let got = statuses(&reqwest::Client::new(), &base, 6).await;
+    assert_eq!(got, [200, 200, 200, 200, 429, 429]);
+    assert_eq!(observer.count("dry", Outcome::ShadowDenied), 5);
+    assert_eq!(observer.count("real", Outcome::Denied), 2);
+}
+
+/// A store that is always down (the Redis store's behaviour when Redis is unreachable).
+struct DownStore;
+
+impl Store for DownStore {
+    fn check<'a>(&'a self, _: CheckRequest<'a>) -> BoxFuture<'a, Result<Verdict, StoreError>> {
+        Box::pin(async { Err(StoreError::Unavailable("connection refused".into())) })
+    }
+    fn refund<'a>(
+        &'a self,
+        _: &'a [Arc<Policy>],
+        _: &'a str,
+        _: u64,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(async { Err(StoreError::Unavailable("connection refused".into())) })
+    }
+    fn reset<'a>(&'a self, _: &'a Policy, _: &'a str) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(async { Err(StoreError::Unavailable("connection refused".into())) })
+    }
+    fn ping(&self) -> BoxFuture<'_, Result<(), StoreError>> {
+        Box::pin(async { Err(StoreError::Unavailable("connection refused".into())) })
+    }
+    fn kind(&self) -> &'static str {
+        "down"
+    }
+}
+
+/// A store that never answers, for the limiter's own timeout.
+struct HangingStore;
+
+impl Store for HangingStore {
+    fn check<'a>(&'a self, _: CheckRequest<'a>) -> BoxFuture<'a, Result<Verdict, StoreError>> {
+        Box::pin(std::future::pending())
+    }
+    fn refund<'a>(
+        &'a self,
+        _: &'a [Arc<Policy>],
+        _: &'a str,
+        _: u64,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(std::future::pending())
+    }
+    fn reset<'a>(&'a self, _: &'a Policy, _: &'a str) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(std::future::pending())
+    }
+    fn ping(&self) -> BoxFuture<'_, Result<(), StoreError>> {
+        Box::pin(std::future::pending())
+    }
+    fn kind(&self) -> &'static str {
+        "hanging"
+    }
+}
+
+fn failing(name: &str, on_store_error: OnStoreError) -> Policy {
+    Policy::builder(name, AlgorithmKind::TokenBucket, 5, Duration::from_secs(60))
+        .on_store_error(on_store_error)
+        .build()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn store_errors_follow_on_store_error() {
+    let observer = Arc::new(Counting::default());
+    let limiter = RateLimiter::builder(Arc::new(DownStore))
+        .policy(failing("open", OnStoreError::Allow))
+        .policy(failing("closed", OnStoreError::Deny))
+        .route(RouteSpec::new("/open", &["open"]))
+        .route(RouteSpec::new("/closed", &["closed"]))
+        .route(RouteSpec::new("/both", &["open", "closed"]))
+        .observer(observer.clone())
+        .build()
+        .unwrap();
+    let base = serve(limiter).await;
+    let client = reqwest::Client::new();
+
+    let open = client.get(format!("{base}/open")).send().await.unwrap();
+    assert_eq!(open.status(), 200);
+    assert!(open.headers().get("ratelimit-remaining").is_none());
+    for path in ["closed", "both"] {
+        let closed = client.get(format!("{base}/{path}")).send().await.unwrap();
+        assert_eq!(closed.status(), 429);
+        assert_eq!(closed.headers()["retry-after"], "1");
+        let body: RejectionBody = closed.json().await.unwrap();
+        assert_eq!(body.policy, "closed");
+        assert_eq!(body.retry_after_seconds, 1);
+    }
+    assert_eq!(observer.count("open", Outcome::StoreError), 2);
+    assert_eq!(observer.count("closed", Outcome::StoreError), 2);
+}
+
+#[tokio::test]
+async fn a_store_timeout_applies_on_store_error() {
+    let limiter = RateLimiter::builder(Arc::new(HangingStore))
+        .policy(failing("open", OnStoreError::Allow))
+        .policy(failing("closed", OnStoreError::Deny))
+        .route(RouteSpec::new("/open", &["open"]))
+        .route(RouteSpec::new("/closed", &["closed"]))
+        .store_timeout(Duration::from_millis(50))
+        .build()
+        .unwrap();
+    let base = serve(limiter).await;
+    let client = reqwest::Client::new();
+    assert_eq!(
+        client
+            .get(format!("{base}/open"))
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        200
+    );
+    assert_eq!(
+        client
+            .get(format!("{base}/closed"))
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        429
+    );
+}

@@ -1,0 +1,128 @@
+//! Redis key names: `<prefix>:{<escaped client key>}:<policy>:<tag>`.
+//!
+//! - The braces are a Redis Cluster hash tag: only the escaped client key is hashed, so every
+//!   policy's state for one client lives in one slot and a multi-policy script may touch
+//!   them all.
+//! - The client key is percent-escaped: `%`, `{`, `}`, `:`, space, control bytes and every
+//!   non-ASCII byte become `%XX`. The escaped text contains no brace, so a hostile key cannot
+//!   end the hash tag early or start another; the escaping is injective, so two client keys
+//!   never share a Redis key. Ordinary keys (IPv4 addresses, API keys) stay readable.
+//! - The tag names the algorithm and fingerprints its numbers (limit, period, burst), so a
+//!   policy edited on reload starts from fresh state instead of misreading the old one,
+//!   exactly like the in-memory store.
+
+use sluicegate_core::{AlgorithmKind, Policy};
+
+/// Appends the escaped form of `key`.
+pub(crate) fn escape_into(out: &mut String, key: &str) {
+    const HEX: &[u8; 16] = b"0123456789ABCDEF";
+    for &b in key.as_bytes() {
+        let plain = b.is_ascii_graphic() && !matches!(b, b'%' | b'{' | b'}' | b':');
+        if plain {
+            out.push(char::from(b));
+        } else {
+            out.push('%');
+            out.push(char::from(HEX[usize::from(b >> 4)]));
+            out.push(char::from(HEX[usize::from(b & 0xf)]));
+        }
+    }
+}
+
+/// The short algorithm name in a key's tag.
+fn algorithm_tag(kind: AlgorithmKind) -> &'static str {
+    match kind {
+        AlgorithmKind::FixedWindow => "fw",
+        AlgorithmKind::SlidingLog => "sl",
+        AlgorithmKind::SlidingWindow => "sw",
+        AlgorithmKind::TokenBucket => "tb",
+        AlgorithmKind::LeakyBucket => "lb",
+        AlgorithmKind::Gcra => "gc",
+    }
+}
+
+/// FNV-1a over the numbers that give the state its meaning. Stable across builds and
+/// processes (unlike `std`'s hasher), so every gateway computes the same key.
+fn fingerprint(policy: &Policy) -> u32 {
+    let mut hash: u32 = 0x811c_9dc5;
+    let numbers = [policy.limit(), policy.period(), policy.burst()];
+    for byte in numbers.iter().flat_map(|n| n.to_le_bytes()) {
+        hash ^= u32::from(byte);
+        hash = hash.wrapping_mul(0x0100_0193);
+    }
+    hash
+}
+
+/// The Redis key holding `policy`'s state for `client_key`.
+///
+/// ```
+/// # use std::time::Duration;
+/// # use sluicegate_core::{AlgorithmKind, Policy};
+/// let policy = Policy::builder("auth", AlgorithmKind::TokenBucket, 10, Duration::from_secs(60))
+///     .build()
+///     .unwrap();
+/// let key = sluicegate_redis::state_key("sluicegate", "2001:db8::1", &policy);
+/// assert!(key.starts_with("sluicegate:{2001%3Adb8%3A%3A1}:auth:tb-"));
+/// ```
+pub fn state_key(prefix: &str, client_key: &str, policy: &Policy) -> String {
+    let mut key = String::with_capacity(prefix.len() + client_key.len() + policy.name().len() + 20);
+    key.push_str(prefix);
+    key.push_str(":{");
+    escape_into(&mut key, client_key);
+    key.push_str("}:");
+    key.push_str(policy.name());
+    key.push(':');
+    key.push_str(algorithm_tag(policy.algorithm()));
+    key.push('-');
+    key.push_str(&format!("{:08x}", fingerprint(policy)));
+    key
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashSet;
+    use std::time::Duration;
+
+    use super::*;
+
+    fn policy(limit: u64) -> Policy {
+        Policy::builder("p", AlgorithmKind::Gcra, limit, Duration::from_secs(1))
+            .build()
+            .unwrap()
+    }
+
+    fn hash_tag(key: &str) -> &str {
+        let open = key.find('{').unwrap();
+        let close = open + key[open..].find('}').unwrap();
+        &key[open + 1..close]
+    }
+
+    #[test]
+    fn escaping_keeps_keys_apart_and_in_their_slot() {
+        let hostile = [
+            "a", "a}", "{a", "a:b", "a%3Ab", "a b", "a\nb", "a\u{0}", "é", "%", "}{", "{}",
+        ];
+        let p = policy(5);
+        let mut seen = HashSet::new();
+        for client in hostile {
+            let key = state_key("sg", client, &p);
+            assert!(seen.insert(key.clone()), "collision for {client:?}");
+            let tag = hash_tag(&key);
+            assert!(!tag.is_empty());
+            assert!(!tag.contains('{') && !tag.contains('}'));
+            assert_eq!(key.matches('{').count(), 1);
+            assert_eq!(key.matches('}').count(), 1);
+        }
+    }
+
+    #[test]
+    fn a_changed_policy_gets_another_key() {
+        assert_ne!(
+            state_key("sg", "k", &policy(5)),
+            state_key("sg", "k", &policy(6))
+        );
+        assert_eq!(
+            state_key("sg", "k", &policy(5)),
+            state_key("sg", "k", &policy(5))
+        );
+    }
+}

@@ -1,0 +1,152 @@
+//! The one Lua entry script and its wire format.
+//!
+//! Each algorithm lives in its own `.lua` file next to this one; they are concatenated at
+//! build time after `common.lua` (shared arithmetic) and before `entry.lua` (the
+//! dispatcher), so one `EVALSHA` decides any mix of algorithms and policies atomically.
+//! `redis::Script` sends `EVALSHA` and, on `NOSCRIPT` (a restarted or flushed server),
+//! loads the script and retries.
+
+use std::sync::Arc;
+
+use redis::{Script, ScriptInvocation};
+use sluicegate_core::{Decision, Micros, Policy, StoreError, Verdict};
+
+use crate::range::Params;
+
+/// The entry script: shared helpers, the six algorithms, the dispatcher.
+pub(crate) const SOURCE: &str = concat!(
+    include_str!("common.lua"),
+    "\n",
+    include_str!("fixed_window.lua"),
+    "\n",
+    include_str!("sliding_log.lua"),
+    "\n",
+    include_str!("sliding_window.lua"),
+    "\n",
+    include_str!("token_bucket.lua"),
+    "\n",
+    include_str!("leaky_bucket.lua"),
+    "\n",
+    include_str!("gcra.lua"),
+    "\n",
+    include_str!("entry.lua"),
+);
+
+/// Integers the script returns per item of a check.
+const REPLY_WIDTH: usize = 5;
+
+/// The compiled entry script (its SHA1 is computed once).
+pub(crate) fn entry_script() -> Script {
+    Script::new(SOURCE)
+}
+
+/// One policy of one request, ready to send.
+#[derive(Debug, Clone)]
+pub(crate) struct Item<'a> {
+    pub policy: &'a Arc<Policy>,
+    pub key: String,
+    pub cost: u64,
+    pub params: Params,
+}
+
+/// What the script should do with the requests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Op {
+    Check,
+    Refund,
+}
+
+/// Builds one script call carrying `requests` requests.
+pub(crate) fn invocation<'s>(
+    script: &'s Script,
+    now: Option<Micros>,
+    op: Op,
+    requests: &[&[Item<'_>]],
+) -> ScriptInvocation<'s> {
+    let mut inv = script.prepare_invoke();
+    match now {
+        Some(now) => inv.arg(now),
+        None => inv.arg(""),
+    };
+    inv.arg(match op {
+        Op::Check => "check",
+        Op::Refund => "refund",
+    });
+    inv.arg(requests.len());
+    for items in requests {
+        inv.arg(items.len());
+        for item in *items {
+            let p = &item.params;
+            inv.key(&item.key);
+            inv.arg(p.code)
+                .arg(u8::from(
+                    item.policy.mode() == sluicegate_core::Mode::Shadow,
+                ))
+                .arg(item.cost)
+                .arg(p.limit)
+                .arg(p.period)
+                .arg(p.burst)
+                .arg(p.max_delay);
+        }
+    }
+    inv
+}
+
+fn bad_reply(what: &str) -> StoreError {
+    StoreError::Unavailable(format!("unexpected reply from the Redis script: {what}"))
+}
+
+/// Turns the script's reply into one verdict per request, in order.
+pub(crate) fn verdicts(
+    requests: &[&[Item<'_>]],
+    reply: &[i64],
+) -> Result<Vec<Verdict>, StoreError> {
+    let expected: usize = requests.iter().map(|r| r.len() * REPLY_WIDTH).sum();
+    if reply.len() != expected {
+        return Err(bad_reply(&format!(
+            "{} integers, expected {expected}",
+            reply.len()
+        )));
+    }
+    let mut chunks = reply.chunks_exact(REPLY_WIDTH);
+    let mut out = Vec::with_capacity(requests.len());
+    for items in requests {
+        let mut decided = Vec::with_capacity(items.len());
+        for item in *items {
+            let v = chunks.next().ok_or_else(|| bad_reply("too short"))?;
+            let num = |x: i64| u64::try_from(x).map_err(|_| bad_reply("negative number"));
+            let limit = item.policy.limit();
+            let decision = if v[0] == 1 {
+                Decision {
+                    delay: num(v[4])?,
+                    ..Decision::allow(limit, num(v[1])?, num(v[2])?)
+                }
+            } else {
+                Decision::deny(limit, num(v[1])?, num(v[2])?, num(v[3])?)
+            };
+            decided.push((Arc::clone(item.policy), decision));
+        }
+        out.push(Verdict::combine(decided).0);
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn source_has_every_part() {
+        for name in [
+            "local fixed_window",
+            "local sliding_log",
+            "local sliding_window",
+            "local token_bucket",
+            "local leaky_bucket",
+            "local gcra",
+            "local ALGORITHMS",
+        ] {
+            assert!(SOURCE.contains(name), "{name} missing");
+        }
+    }
+}

@@ -1,0 +1,606 @@
+//! [`RedisStore`]: the [`Store`] whose state lives in Redis.
+
+use std::future::Future;
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
+
+use futures_util::future::join_all;
+use parking_lot::RwLock;
+use redis::cluster_routing::Slot;
+use redis::{RedisError, RedisResult, Script};
+use sluicegate_core::store::MAX_KEY_LEN;
+use sluicegate_core::{
+    BoxFuture, CheckRequest, KeyedCheck, Micros, Policy, Store, StoreError, Verdict,
+};
+use tokio::sync::Notify;
+use tokio::task::JoinHandle;
+
+use crate::breaker::Breaker;
+use crate::cache::DenyCache;
+use crate::config::{RedisConfig, RedisStoreError};
+use crate::conn::{Conn, Target, connect_timeout};
+use crate::keys::state_key;
+use crate::range::params;
+use crate::script::{Item, Op, entry_script, invocation, verdicts};
+
+/// How often a background task retries a lost connection or probes an open circuit.
+pub const PROBE_INTERVAL: Duration = Duration::from_millis(250);
+
+/// Requests per script call in [`Store::check_batch`]: large enough to amortise the call,
+/// small enough that one script never blocks Redis for long.
+pub const BATCH_CHUNK: usize = 64;
+
+/// Histogram of store call durations, seconds.
+pub const METRIC_DURATION: &str = "sluicegate_store_duration_seconds";
+/// Counter of failed store calls, labelled `error` = `timeout` | `unavailable` | `circuit_open`.
+pub const METRIC_ERRORS: &str = "sluicegate_store_errors_total";
+
+/// The rate-limit store on Redis or Redis Cluster. See the crate documentation.
+///
+/// One value serves the whole process: it holds one multiplexed connection, shared by all
+/// concurrent calls, and a background task that reconnects and probes. Dropping it stops
+/// that task.
+pub struct RedisStore {
+    inner: Arc<Inner>,
+    probe: JoinHandle<()>,
+}
+
+struct Link {
+    generation: u64,
+    conn: Option<Conn>,
+}
+
+struct Inner {
+    target: Target,
+    prefix: String,
+    timeout: Duration,
+    script: Script,
+    link: RwLock<Link>,
+    breaker: Breaker,
+    wake: Arc<Notify>,
+    cache: Option<DenyCache>,
+}
+
+impl Drop for RedisStore {
+    fn drop(&mut self) {
+        self.probe.abort();
+    }
+}
+
+impl std::fmt::Debug for RedisStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisStore")
+            .field("kind", &self.inner.target.kind())
+            .field("prefix", &self.inner.prefix)
+            .field("timeout", &self.inner.timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RedisStore {
+    /// Validates `config` and starts the store. It tries to connect once, but Redis being
+    /// down is not an error: the store starts, answers `StoreError::Unavailable` (so callers
+    /// apply `on_store_error`) and keeps reconnecting every [`PROBE_INTERVAL`] in the
+    /// background. Fails only on an invalid configuration (URL, prefix, timeout).
+    ///
+    /// Must be called within a Tokio runtime.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+    /// use sluicegate_redis::{RedisConfig, RedisStore};
+    /// let store = RedisStore::connect(RedisConfig::standalone("redis://127.0.0.1:6379/0")).await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn connect(config: RedisConfig) -> Result<RedisStore, RedisStoreError> {
+        config.validate()?;
+        let target = Target::open(&config)?;
+        let inner = Arc::new(Inner {
+            target,
+            prefix: config.key_prefix.clone(),
+            timeout: config.timeout,
+            script: entry_script(),
+            link: RwLock::new(Link {
+                generation: 0,
+                conn: None,
+            }),
+            breaker: Breaker::default(),
+            wake: Arc::new(Notify::new()),
+            cache: config.local_cache.then(DenyCache::default),
+        });
+        if !inner.probe_once().await {
+            tracing::warn!(
+                store = inner.target.kind(),
+                "Redis is not reachable yet; decisions follow on_store_error until it is"
+            );
+        }
+        let probe = tokio::spawn(probe_loop(Arc::downgrade(&inner), Arc::clone(&inner.wake)));
+        Ok(RedisStore { inner, probe })
+    }
+
+    /// The Redis key holding `policy`'s state for `client_key` under this store's prefix.
+    pub fn state_key(&self, policy: &Policy, client_key: &str) -> String {
+        state_key(&self.inner.prefix, client_key, policy)
+    }
+
+    /// The key prefix.
+    pub fn key_prefix(&self) -> &str {
+        &self.inner.prefix
+    }
+
+    /// Whether a connection is up and the circuit closed (no round trip; see
+    /// [`Store::ping`] for one).
+    pub fn is_connected(&self) -> bool {
+        !self.inner.breaker.is_open() && self.inner.link.read().conn.is_some()
+    }
+
+    /// Test hook: [`Store::check`] with the script's clock set to `now` (µs) instead of the
+    /// Redis server's `TIME`, for deterministic comparisons with the in-memory store.
+    #[doc(hidden)]
+    pub async fn check_at(
+        &self,
+        request: CheckRequest<'_>,
+        now: Micros,
+    ) -> Result<Verdict, StoreError> {
+        self.inner.check(request, Some(now)).await
+    }
+
+    /// Test hook: [`Store::check_keyed`] at `now` (µs).
+    #[doc(hidden)]
+    pub async fn check_keyed_at(
+        &self,
+        items: &[KeyedCheck<'_>],
+        now: Micros,
+    ) -> Result<Verdict, StoreError> {
+        self.inner.check_keyed(items, Some(now)).await
+    }
+
+    /// Test hook: [`Store::check_batch`] at `now` (µs).
+    #[doc(hidden)]
+    pub async fn check_batch_at(
+        &self,
+        requests: &[CheckRequest<'_>],
+        now: Micros,
+    ) -> Vec<Result<Verdict, StoreError>> {
+        self.inner.check_batch(requests, Some(now)).await
+    }
+
+    /// Test hook: [`Store::refund`] at `now` (µs).
+    #[doc(hidden)]
+    pub async fn refund_at(
+        &self,
+        policies: &[Arc<Policy>],
+        key: &str,
+        cost: u64,
+        now: Micros,
+    ) -> Result<(), StoreError> {
+        self.inner.refund(policies, key, cost, Some(now)).await
+    }
+}
+
+async fn probe_loop(inner: Weak<Inner>, wake: Arc<Notify>) {
+    loop {
+        let healthy = match inner.upgrade() {
+            Some(inner) => inner.probe_once().await,
+            None => return,
+        };
+        if healthy {
+            tokio::select! {
+                _ = wake.notified() => {}
+                _ = tokio::time::sleep(PROBE_INTERVAL) => {}
+            }
+        } else {
+            tokio::time::sleep(PROBE_INTERVAL).await;
+        }
+    }
+}
+
+fn unavailable(message: impl Into<String>) -> StoreError {
+    StoreError::Unavailable(message.into())
+}
+
+impl Inner {
+    fn kind(&self) -> &'static str {
+        self.target.kind()
+    }
+
+    fn count_error(&self, label: &'static str) {
+        metrics::counter!(METRIC_ERRORS, "store" => self.kind(), "error" => label).increment(1);
+    }
+
+    /// Connects if there is no connection, or pings if the circuit is open. Returns whether
+    /// Redis is usable.
+    async fn probe_once(&self) -> bool {
+        let (generation, conn) = {
+            let link = self.link.read();
+            (link.generation, link.conn.clone())
+        };
+        match conn {
+            None => {
+                let limit = connect_timeout(self.timeout) * 2;
+                let Ok(Ok(mut conn)) =
+                    tokio::time::timeout(limit, self.target.connect(self.timeout)).await
+                else {
+                    return false;
+                };
+                // Loaded now so the first decision does not pay for a NOSCRIPT round trip;
+                // if this fails, redis::Script loads it on first use anyway.
+                let _ = tokio::time::timeout(limit, self.script.load_async(&mut conn)).await;
+                {
+                    let mut link = self.link.write();
+                    link.generation += 1;
+                    link.conn = Some(conn);
+                }
+                self.breaker.success();
+                tracing::info!(store = self.kind(), "connected to Redis");
+                true
+            }
+            Some(mut conn) if self.breaker.is_open() => {
+                let ping = redis::cmd("PING");
+                let answer =
+                    tokio::time::timeout(self.timeout * 2, ping.query_async::<()>(&mut conn));
+                if let Ok(Ok(())) = answer.await {
+                    self.breaker.success();
+                    tracing::info!(store = self.kind(), "Redis answers again; circuit closed");
+                    true
+                } else {
+                    if !self.target.is_cluster() {
+                        self.drop_link(generation);
+                    }
+                    false
+                }
+            }
+            Some(_) => true,
+        }
+    }
+
+    /// Forgets a dead connection (if it is still the current one) and wakes the prober.
+    fn drop_link(&self, generation: u64) {
+        {
+            let mut link = self.link.write();
+            if link.generation == generation && link.conn.is_some() {
+                link.conn = None;
+                link.generation += 1;
+            }
+        }
+        self.wake.notify_one();
+    }
+
+    /// The connection to use, or an immediate error while the circuit is open or there is
+    /// no connection (the caller then applies `on_store_error` without waiting).
+    fn conn(&self) -> Result<(u64, Conn), StoreError> {
+        if self.breaker.is_open() {
+            self.count_error("circuit_open");
+            return Err(unavailable(
+                "Redis failed repeatedly; failing fast until a probe succeeds",
+            ));
+        }
+        let link = self.link.read();
+        match &link.conn {
+            Some(conn) => Ok((link.generation, conn.clone())),
+            None => {
+                self.wake.notify_one();
+                drop(link);
+                self.count_error("unavailable");
+                Err(unavailable("not connected to Redis; reconnecting"))
+            }
+        }
+    }
+
+    /// Runs one command within the timeout, feeding the circuit breaker and the metrics.
+    async fn run<T, F, Fut>(&self, call: F) -> Result<T, StoreError>
+    where
+        F: FnOnce(Conn) -> Fut,
+        Fut: Future<Output = RedisResult<T>>,
+    {
+        let (generation, conn) = self.conn()?;
+        let started = Instant::now();
+        let result = tokio::time::timeout(self.timeout, call(conn)).await;
+        metrics::histogram!(METRIC_DURATION, "store" => self.kind())
+            .record(started.elapsed().as_secs_f64());
+        match result {
+            Ok(Ok(value)) => {
+                self.breaker.success();
+                Ok(value)
+            }
+            Ok(Err(e)) => Err(self.failed(generation, e)),
+            Err(_) => {
+                self.count_error("timeout");
+                if self.breaker.failure() {
+                    self.wake.notify_one();
+                }
+                Err(StoreError::Timeout)
+            }
+        }
+    }
+
+    fn failed(&self, generation: u64, e: RedisError) -> StoreError {
+        self.count_error("unavailable");
+        let connection = e.is_io_error()
+            || e.is_connection_dropped()
+            || e.is_connection_refusal()
+            || e.is_timeout()
+            || e.is_unrecoverable_error();
+        if connection {
+            if self.breaker.failure() {
+                self.wake.notify_one();
+            }
+            if !self.target.is_cluster() {
+                self.drop_link(generation);
+            }
+        } else {
+            tracing::warn!(store = self.kind(), error = %e, "Redis refused a command");
+        }
+        unavailable(e.to_string())
+    }
+
+    fn items<'p>(
+        &self,
+        parts: impl IntoIterator<Item = (&'p Arc<Policy>, &'p str, u64)>,
+    ) -> Result<Vec<Item<'p>>, StoreError> {
+        parts
+            .into_iter()
+            .map(|(policy, key, cost)| {
+                Ok(Item {
+                    policy,
+                    key: state_key(&self.prefix, key, policy),
+                    cost,
+                    params: params(policy).map_err(|e| unavailable(e.to_string()))?,
+                })
+            })
+            .collect()
+    }
+
+    /// One script call deciding `requests`.
+    async fn decide(
+        &self,
+        requests: &[&[Item<'_>]],
+        now: Option<Micros>,
+    ) -> Result<Vec<Verdict>, StoreError> {
+        let invocation = invocation(&self.script, now, Op::Check, requests);
+        let reply: Vec<i64> = self
+            .run(move |mut conn| async move { invocation.invoke_async(&mut conn).await })
+            .await?;
+        verdicts(requests, &reply)
+    }
+
+    fn cache_key(items: &[Item<'_>]) -> String {
+        let keys: Vec<&str> = items.iter().map(|i| i.key.as_str()).collect();
+        keys.join("\n")
+    }
+
+    async fn check(
+        &self,
+        request: CheckRequest<'_>,
+        now: Option<Micros>,
+    ) -> Result<Verdict, StoreError> {
+        request.validate()?;
+        let items = self.items(
+            request
+                .policies
+                .iter()
+                .map(|p| (p, request.key, request.cost)),
+        )?;
+        let cache_key = self.cache.as_ref().map(|_| Self::cache_key(&items));
+        if let (Some(cache), Some(key)) = (&self.cache, &cache_key)
+            && let Some(verdict) = cache.lookup(key, request.cost, request.policies)
+        {
+            return Ok(verdict);
+        }
+        let verdict = self
+            .decide(&[&items], now)
+            .await?
+            .pop()
+            .ok_or_else(|| unavailable("empty reply from the Redis script"))?;
+        if let (Some(cache), Some(key)) = (&self.cache, cache_key) {
+            cache.remember(key, request.cost, &verdict);
+        }
+        Ok(verdict)
+    }
+
+    async fn check_keyed(
+        &self,
+        items: &[KeyedCheck<'_>],
+        now: Option<Micros>,
+    ) -> Result<Verdict, StoreError> {
+        KeyedCheck::validate_all(items)?;
+        let prepared = self.items(items.iter().map(|i| (i.policy, i.key, i.cost)))?;
+        if self.target.is_cluster() {
+            let slot = Slot::for_key(&prepared[0].key);
+            if prepared.iter().any(|i| Slot::for_key(&i.key) != slot) {
+                return Err(unavailable(
+                    "Redis Cluster cannot decide keys in different hash slots in one atomic step",
+                ));
+            }
+        }
+        self.decide(&[&prepared], now)
+            .await?
+            .pop()
+            .ok_or_else(|| unavailable("empty reply from the Redis script"))
+    }
+
+    async fn check_batch(
+        &self,
+        requests: &[CheckRequest<'_>],
+        now: Option<Micros>,
+    ) -> Vec<Result<Verdict, StoreError>> {
+        let mut results: Vec<Option<Result<Verdict, StoreError>>> = vec![None; requests.len()];
+        // (request index, items, cache key) of the requests Redis must decide.
+        let mut pending = Vec::with_capacity(requests.len());
+        for (i, request) in requests.iter().enumerate() {
+            let items = request.validate().and_then(|()| {
+                self.items(
+                    request
+                        .policies
+                        .iter()
+                        .map(|p| (p, request.key, request.cost)),
+                )
+            });
+            match items {
+                Err(e) => results[i] = Some(Err(e)),
+                Ok(items) => {
+                    let cache_key = self.cache.as_ref().map(|_| Self::cache_key(&items));
+                    let hit = match (&self.cache, &cache_key) {
+                        (Some(cache), Some(key)) => {
+                            cache.lookup(key, request.cost, request.policies)
+                        }
+                        _ => None,
+                    };
+                    match hit {
+                        Some(verdict) => results[i] = Some(Ok(verdict)),
+                        None => pending.push((i, items, cache_key)),
+                    }
+                }
+            }
+        }
+        // Standalone: everything in order, in chunks. Cluster: one group per hash slot,
+        // since a script may only touch keys of one slot.
+        let groups: Vec<Vec<usize>> = if self.target.is_cluster() {
+            let mut by_slot: Vec<(Slot, Vec<usize>)> = Vec::new();
+            for (j, (_, items, _)) in pending.iter().enumerate() {
+                let slot = Slot::for_key(&items[0].key);
+                match by_slot.iter_mut().find(|(s, _)| *s == slot) {
+                    Some((_, group)) => group.push(j),
+                    None => by_slot.push((slot, vec![j])),
+                }
+            }
+            by_slot
+                .into_iter()
+                .flat_map(|(_, group)| {
+                    group
+                        .chunks(BATCH_CHUNK)
+                        .map(<[usize]>::to_vec)
+                        .collect::<Vec<_>>()
+                })
+                .collect()
+        } else {
+            (0..pending.len())
+                .collect::<Vec<_>>()
+                .chunks(BATCH_CHUNK)
+                .map(<[usize]>::to_vec)
+                .collect()
+        };
+        let pending = &pending;
+        let calls = groups.iter().map(|group| async move {
+            let requests: Vec<&[Item<'_>]> =
+                group.iter().map(|&j| pending[j].1.as_slice()).collect();
+            (group, self.decide(&requests, now).await)
+        });
+        for (group, outcome) in join_all(calls).await {
+            match outcome {
+                Ok(verdicts) => {
+                    for (&j, verdict) in group.iter().zip(verdicts) {
+                        let (i, _, cache_key) = &pending[j];
+                        if let (Some(cache), Some(key)) = (&self.cache, cache_key) {
+                            cache.remember(key.clone(), requests[*i].cost, &verdict);
+                        }
+                        results[*i] = Some(Ok(verdict));
+                    }
+                }
+                Err(e) => {
+                    for &j in group {
+                        results[pending[j].0] = Some(Err(e.clone()));
+                    }
+                }
+            }
+        }
+        results
+            .into_iter()
+            .map(|r| r.unwrap_or_else(|| Err(unavailable("no reply for this request"))))
+            .collect()
+    }
+
+    async fn refund(
+        &self,
+        policies: &[Arc<Policy>],
+        key: &str,
+        cost: u64,
+        now: Option<Micros>,
+    ) -> Result<(), StoreError> {
+        CheckRequest::new(policies, key, cost).validate()?;
+        let items = self.items(policies.iter().map(|p| (p, key, cost)))?;
+        if let Some(cache) = &self.cache {
+            for item in &items {
+                cache.forget(&item.key);
+            }
+        }
+        if cost == 0 {
+            return Ok(());
+        }
+        let invocation = invocation(&self.script, now, Op::Refund, &[&items]);
+        self.run(
+            move |mut conn| async move { invocation.invoke_async::<redis::Value>(&mut conn).await },
+        )
+        .await
+        .map(|_| ())
+    }
+
+    async fn reset(&self, policy: &Policy, key: &str) -> Result<(), StoreError> {
+        if key.is_empty() || key.len() > MAX_KEY_LEN {
+            return Err(StoreError::InvalidKey(key.len()));
+        }
+        let state = state_key(&self.prefix, key, policy);
+        if let Some(cache) = &self.cache {
+            cache.forget(&state);
+        }
+        self.run(move |mut conn| async move {
+            redis::cmd("DEL")
+                .arg(&state)
+                .query_async::<()>(&mut conn)
+                .await
+        })
+        .await
+    }
+
+    async fn ping(&self) -> Result<(), StoreError> {
+        self.run(|mut conn| async move { redis::cmd("PING").query_async::<()>(&mut conn).await })
+            .await
+    }
+}
+
+impl Store for RedisStore {
+    fn check<'a>(
+        &'a self,
+        request: CheckRequest<'a>,
+    ) -> BoxFuture<'a, Result<Verdict, StoreError>> {
+        Box::pin(self.inner.check(request, None))
+    }
+
+    fn check_batch<'a>(
+        &'a self,
+        requests: &'a [CheckRequest<'a>],
+    ) -> BoxFuture<'a, Vec<Result<Verdict, StoreError>>> {
+        Box::pin(self.inner.check_batch(requests, None))
+    }
+
+    fn check_keyed<'a>(
+        &'a self,
+        items: &'a [KeyedCheck<'a>],
+    ) -> BoxFuture<'a, Result<Verdict, StoreError>> {
+        Box::pin(self.inner.check_keyed(items, None))
+    }
+
+    fn refund<'a>(
+        &'a self,
+        policies: &'a [Arc<Policy>],
+        key: &'a str,
+        cost: u64,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(self.inner.refund(policies, key, cost, None))
+    }
+
+    fn reset<'a>(
+        &'a self,
+        policy: &'a Policy,
+        key: &'a str,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(self.inner.reset(policy, key))
+    }
+
+    fn ping(&self) -> BoxFuture<'_, Result<(), StoreError>> {
+        Box::pin(self.inner.ping())
+    }
+
+    fn kind(&self) -> &'static str {
+        self.inner.kind()
+    }
+}

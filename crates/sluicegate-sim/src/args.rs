@@ -1,0 +1,367 @@
+//! `sluicegate simulate`'s command line, as a clap [`Args`](clap::Args) struct the binary
+//! mounts, and [`SimulateArgs::run`], which does the whole job.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::Deserialize;
+use sluicegate_core::clock::micros;
+use sluicegate_core::spec::parse_duration;
+use sluicegate_core::{AlgorithmKind, Micros, Mode, Policy, PolicySpec};
+
+use crate::engine::{self, PolicyRun};
+use crate::error::SimError;
+use crate::pattern::{Pattern, PatternParams};
+use crate::traffic::Traffic;
+use crate::{chart, report};
+
+/// `sluicegate simulate`: runs a traffic pattern through one or more policies on a virtual
+/// clock, prints a summary table and writes an SVG chart.
+///
+/// ```
+/// use clap::Parser;
+/// use sluicegate_sim::SimulateArgs;
+///
+/// #[derive(Parser)]
+/// struct Cli {
+///     #[command(flatten)]
+///     simulate: SimulateArgs,
+/// }
+///
+/// let cli = Cli::parse_from([
+///     "simulate", "--algorithm", "fixed_window", "--limit", "10", "--period", "1m",
+///     "--pattern", "boundary", "--duration", "2m",
+/// ]);
+/// let table = cli.simulate.run()?;
+/// assert!(table.contains("20 (2.00×)"));
+/// # Ok::<(), sluicegate_sim::SimError>(())
+/// ```
+#[derive(Debug, Clone, clap::Args)]
+pub struct SimulateArgs {
+    /// The algorithm, or `all` to compare the six on the same traffic.
+    #[arg(long, value_name = "NAME|all")]
+    pub algorithm: Option<String>,
+    /// Requests per period.
+    #[arg(long, value_name = "N")]
+    pub limit: Option<u64>,
+    /// The period, e.g. 1s, 1m, 1h.
+    #[arg(long, value_name = "DUR", value_parser = parse_duration)]
+    pub period: Option<Duration>,
+    /// Bucket capacity (token_bucket, leaky_bucket, gcra); default: the limit.
+    #[arg(long, value_name = "N")]
+    pub burst: Option<u64>,
+    /// The traffic: steady, burst, boundary, poisson, ramp or trace:FILE.csv.
+    #[arg(long, value_name = "PATTERN")]
+    pub pattern: Pattern,
+    /// Mean offered requests per second (the final rate of ramp); default: twice the limit.
+    #[arg(long, value_name = "R")]
+    pub rate: Option<f64>,
+    /// Simulated time; default: ten periods (a trace: up to its last request).
+    #[arg(long, value_name = "DUR", value_parser = parse_duration)]
+    pub duration: Option<Duration>,
+    /// Where to write the SVG chart.
+    #[arg(long, value_name = "FILE.svg")]
+    pub out: Option<PathBuf>,
+    /// reject, delay or shadow. With `--algorithm all` and delay, the window algorithms,
+    /// which cannot delay, reject.
+    #[arg(long, value_name = "MODE", value_parser = parse_mode)]
+    pub mode: Option<Mode>,
+    /// Delay mode: the longest wait; default: one period.
+    #[arg(long, value_name = "DUR", value_parser = parse_duration)]
+    pub max_delay: Option<Duration>,
+    /// Requests per clump (burst) or per straddle (boundary); default: twice the limit.
+    #[arg(long, value_name = "N")]
+    pub size: Option<u64>,
+    /// Seed of the Poisson pattern's random numbers.
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    pub seed: u64,
+    /// Read policies from this config file's [[policies]]; the flags above override them.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// With --config: simulate only this policy (repeatable); default: every policy.
+    #[arg(long = "policy", value_name = "NAME")]
+    pub policies: Vec<String>,
+}
+
+fn parse_mode(text: &str) -> Result<Mode, String> {
+    match text {
+        "reject" => Ok(Mode::Reject),
+        "delay" => Ok(Mode::Delay),
+        "shadow" => Ok(Mode::Shadow),
+        _ => Err(format!("expected reject, delay or shadow, got {text:?}")),
+    }
+}
+
+/// The outcome of [`SimulateArgs::simulate`]: the traffic and what each policy did with it.
+#[derive(Debug, Clone)]
+pub struct Simulation {
+    /// One line describing the pattern.
+    pub description: String,
+    /// The offered traffic.
+    pub traffic: Traffic,
+    /// One run per policy, in order.
+    pub runs: Vec<PolicyRun>,
+}
+
+impl Simulation {
+    /// The plain-text summary table.
+    pub fn table(&self) -> String {
+        report::table(&self.description, &self.traffic, &self.runs)
+    }
+
+    /// The SVG chart.
+    pub fn svg(&self) -> Result<String, SimError> {
+        chart::render(&self.description, &self.runs)
+    }
+}
+
+impl SimulateArgs {
+    /// Runs the simulation, writes the chart if `--out` was given, and returns the text to
+    /// print: the summary table (and where the chart went).
+    pub fn run(&self) -> Result<String, SimError> {
+        let simulation = self.simulate()?;
+        let mut text = simulation.table();
+        if let Some(path) = &self.out {
+            let svg = simulation.svg()?;
+            std::fs::write(path, svg).map_err(|source| SimError::Io {
+                path: path.clone(),
+                source,
+            })?;
+            text.push_str(&format!("\nwrote {}\n", path.display()));
+        }
+        Ok(text)
+    }
+
+    /// Builds the policies and the traffic and runs every policy over it.
+    pub fn simulate(&self) -> Result<Simulation, SimError> {
+        let policies = self.policies()?;
+        let first = policies
+            .first()
+            .ok_or_else(|| SimError::Usage("no policy to simulate".to_owned()))?;
+        let period = first.period();
+        let limit = first.limit();
+        let rate = self
+            .rate
+            .unwrap_or(2.0 * limit as f64 * 1e6 / period as f64);
+        let duration = match self.duration {
+            Some(d) => micros(d),
+            None => period.saturating_mul(10),
+        };
+        let params = PatternParams {
+            rate,
+            duration,
+            period,
+            size: self.size.unwrap_or(limit.saturating_mul(2)),
+            seed: self.seed,
+        };
+        let mut traffic = self.pattern.generate(&params)?;
+        if let (Pattern::Trace(_), Some(d)) = (&self.pattern, self.duration) {
+            traffic = clip(traffic, micros(d));
+        }
+        let bucket = bucket_width(traffic.duration());
+        let runs = policies
+            .iter()
+            .map(|p| engine::run(p, &traffic, bucket))
+            .collect::<Result<Vec<_>, _>>()?;
+        let description = match &self.pattern {
+            Pattern::Trace(_) => format!("pattern {}", self.pattern),
+            Pattern::Boundary => format!(
+                "pattern boundary ({} requests around every third window boundary)",
+                params.size
+            ),
+            Pattern::Burst => format!(
+                "pattern burst (clumps of {}, {} per second on average)",
+                params.size,
+                trim_float(rate)
+            ),
+            _ => format!("pattern {} ({} per second)", self.pattern, trim_float(rate)),
+        };
+        Ok(Simulation {
+            description,
+            traffic,
+            runs,
+        })
+    }
+
+    /// The policies to simulate: from the config file with the flags laid over, or from
+    /// the flags alone.
+    pub fn policies(&self) -> Result<Vec<Arc<Policy>>, SimError> {
+        let all = self.algorithm.as_deref() == Some("all");
+        let algorithm = match self.algorithm.as_deref() {
+            None | Some("all") => None,
+            Some(name) => {
+                Some(
+                    name.parse::<AlgorithmKind>()
+                        .map_err(|source| SimError::Policy {
+                            name: name.to_owned(),
+                            source,
+                        })?,
+                )
+            }
+        };
+        let specs = match &self.config {
+            Some(path) => self.config_specs(path)?,
+            None => {
+                let missing: Vec<&str> = [
+                    (self.algorithm.is_none(), "--algorithm"),
+                    (self.limit.is_none(), "--limit"),
+                    (self.period.is_none(), "--period"),
+                ]
+                .into_iter()
+                .filter_map(|(m, flag)| m.then_some(flag))
+                .collect();
+                if !missing.is_empty() {
+                    return Err(SimError::Usage(format!(
+                        "missing {} (or give --config FILE)",
+                        missing.join(", ")
+                    )));
+                }
+                vec![PolicySpec {
+                    name: String::new(),
+                    algorithm: algorithm.unwrap_or(AlgorithmKind::FixedWindow),
+                    limit: 0,
+                    period: String::new(),
+                    burst: None,
+                    mode: Mode::Reject,
+                    max_delay: None,
+                    on_store_error: Default::default(),
+                }]
+            }
+        };
+        let mut out = Vec::new();
+        for spec in specs {
+            let kinds: Vec<AlgorithmKind> = if all {
+                AlgorithmKind::ALL.to_vec()
+            } else {
+                vec![algorithm.unwrap_or(spec.algorithm)]
+            };
+            for kind in kinds {
+                let name = match (self.config.is_some(), all) {
+                    (false, _) => kind.name().to_owned(),
+                    (true, false) => spec.name.clone(),
+                    (true, true) => format!("{}.{}", spec.name, kind.name()),
+                };
+                out.push(Arc::new(self.build(&spec, kind, &name, all)?));
+            }
+        }
+        Ok(out)
+    }
+
+    fn build(
+        &self,
+        spec: &PolicySpec,
+        kind: AlgorithmKind,
+        name: &str,
+        all: bool,
+    ) -> Result<Policy, SimError> {
+        let err = |source| SimError::Policy {
+            name: name.to_owned(),
+            source,
+        };
+        let period = match self.period {
+            Some(p) => p,
+            None => parse_duration(&spec.period).map_err(err)?,
+        };
+        let mut mode = self.mode.unwrap_or(spec.mode);
+        // Comparing all six in delay mode: the windows cannot delay, so they reject.
+        if all && mode == Mode::Delay && !kind.supports_delay() {
+            mode = Mode::Reject;
+        }
+        let max_delay = match (self.max_delay, &spec.max_delay) {
+            (Some(d), _) => d,
+            (None, Some(text)) => parse_duration(text).map_err(err)?,
+            (None, None) => period,
+        };
+        let mut builder = Policy::builder(name, kind, self.limit.unwrap_or(spec.limit), period)
+            .mode(mode)
+            .max_delay(max_delay);
+        if let Some(burst) = self.burst.or(spec.burst) {
+            builder = builder.burst(burst);
+        }
+        builder.build().map_err(err)
+    }
+
+    fn config_specs(&self, path: &Path) -> Result<Vec<PolicySpec>, SimError> {
+        /// Only `[[policies]]` matters here; the server validates the rest of the file.
+        #[derive(Deserialize)]
+        struct PoliciesOnly {
+            #[serde(default)]
+            policies: Vec<PolicySpec>,
+        }
+        let config_err = |reason: String| SimError::Config {
+            path: path.to_owned(),
+            reason,
+        };
+        let text = std::fs::read_to_string(path).map_err(|source| SimError::Io {
+            path: path.to_owned(),
+            source,
+        })?;
+        let file: PoliciesOnly = toml::from_str(&text).map_err(|e| config_err(e.to_string()))?;
+        if file.policies.is_empty() {
+            return Err(config_err("the file has no [[policies]]".to_owned()));
+        }
+        if self.policies.is_empty() {
+            return Ok(file.policies);
+        }
+        self.policies
+            .iter()
+            .map(|wanted| {
+                file.policies
+                    .iter()
+                    .find(|p| &p.name == wanted)
+                    .cloned()
+                    .ok_or_else(|| config_err(format!("no policy named {wanted:?}")))
+            })
+            .collect()
+    }
+}
+
+/// Drops trace requests at or after `duration`.
+fn clip(traffic: Traffic, duration: Micros) -> Traffic {
+    let arrivals = traffic
+        .arrivals()
+        .iter()
+        .copied()
+        .filter(|a| a.at < duration)
+        .collect();
+    Traffic::new(arrivals, traffic.keys().to_vec(), duration)
+}
+
+/// A round chart bucket (1, 2 or 5 × 10ⁿ µs) giving at most about 240 buckets.
+fn bucket_width(duration: Micros) -> Micros {
+    let target = duration.div_ceil(240).max(1);
+    let mut unit: Micros = 1;
+    loop {
+        for step in [1, 2, 5] {
+            let width = unit.saturating_mul(step);
+            if width >= target {
+                return width;
+            }
+        }
+        unit = unit.saturating_mul(10);
+    }
+}
+
+fn trim_float(x: f64) -> String {
+    let text = format!("{x:.3}");
+    text.trim_end_matches('0').trim_end_matches('.').to_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn buckets_are_round() {
+        assert_eq!(bucket_width(60_000_000), 500_000);
+        assert_eq!(bucket_width(3_600_000_000), 20_000_000);
+        assert_eq!(bucket_width(1), 1);
+    }
+
+    #[test]
+    fn floats_are_trimmed() {
+        assert_eq!(trim_float(0.3333333), "0.333");
+        assert_eq!(trim_float(20.0), "20");
+    }
+}
