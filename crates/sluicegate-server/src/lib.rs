@@ -21,7 +21,6 @@ pub mod config;
 pub mod envoy;
 pub mod forward_auth;
 pub mod gateway;
-pub mod headers;
 pub mod metrics;
 pub mod reload;
 pub mod serve;

@@ -3,10 +3,11 @@
 use std::sync::{Arc, OnceLock};
 
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
-use sluicegate_core::{Store, Verdict, VerdictObserver};
+use sluicegate_core::{Store, VerdictObserver};
+use sluicegate_middleware::MetricsObserver;
 
 /// `sluicegate_decisions_total{policy, outcome}`.
-pub const DECISIONS_TOTAL: &str = "sluicegate_decisions_total";
+pub const DECISIONS_TOTAL: &str = sluicegate_middleware::metrics::DECISIONS_TOTAL;
 /// `sluicegate_store_duration_seconds` (histogram).
 pub const STORE_DURATION: &str = "sluicegate_store_duration_seconds";
 /// `sluicegate_store_errors_total`.
@@ -55,33 +56,9 @@ pub fn render(store: &dyn Store) -> String {
     }
 }
 
-/// Counts decisions per policy and outcome.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct MetricsObserver;
-
-impl VerdictObserver for MetricsObserver {
-    fn observe(&self, _key: &str, verdict: &Verdict) {
-        for d in &verdict.decisions {
-            metrics::counter!(
-                DECISIONS_TOTAL,
-                "policy" => d.policy.name().to_owned(),
-                "outcome" => d.outcome.label()
-            )
-            .increment(1);
-        }
-    }
-}
-
-/// The observer the server installs: metrics, plus whatever else is wired in.
+/// The observer the server installs: decision metrics, plus whatever else is wired in
+/// (the dashboard adds its own here).
 pub fn observers() -> Arc<dyn VerdictObserver> {
     let list: Vec<Arc<dyn VerdictObserver>> = vec![Arc::new(MetricsObserver)];
     Arc::new(list)
-}
-
-/// Records one store call's duration, and an error if it failed.
-pub fn record_store_call(elapsed: std::time::Duration, failed: bool) {
-    metrics::histogram!(STORE_DURATION).record(elapsed.as_secs_f64());
-    if failed {
-        metrics::counter!(STORE_ERRORS).increment(1);
-    }
 }

@@ -7,9 +7,9 @@ use std::sync::Arc;
 
 use arc_swap::ArcSwap;
 use sluicegate_core::{MemoryStore, Policy, Store, VerdictObserver};
+use sluicegate_middleware::{ClientIdentity, HeaderSet, RateLimiter, RouteTable};
 
 use crate::config::Config;
-use crate::headers::HeaderSet;
 
 /// One configuration, prepared for request handling.
 #[derive(Debug)]
@@ -18,23 +18,37 @@ pub struct Runtime {
     pub config: Config,
     /// The rate-limit header sets responses carry.
     pub header_sets: Vec<HeaderSet>,
+    /// The engine that forward-auth and the gateway decide requests with.
+    pub limiter: Arc<RateLimiter>,
     by_name: HashMap<String, Arc<Policy>>,
 }
 
 impl Runtime {
-    /// Prepares a configuration.
-    pub fn new(config: Config) -> Self {
-        let by_name = config
+    /// Prepares a configuration over a store.
+    pub fn new(
+        config: Config,
+        store: Arc<dyn Store>,
+        observer: Arc<dyn VerdictObserver>,
+    ) -> Result<Self, String> {
+        let by_name: HashMap<String, Arc<Policy>> = config
             .policies
             .iter()
             .map(|p| (p.name().to_owned(), Arc::clone(p)))
             .collect();
+        let routes = RouteTable::new(&config.routes, |name| by_name.get(name).cloned())
+            .map_err(|e| e.to_string())?;
+        let identity = ClientIdentity::new(
+            config.server.trusted_proxies.clone(),
+            config.server.ipv6_prefix,
+        );
         let header_sets = config.server.headers.clone();
-        Runtime {
+        let limiter = RateLimiter::new(store, routes, identity, header_sets.clone(), observer);
+        Ok(Runtime {
             config,
             header_sets,
+            limiter: Arc::new(limiter),
             by_name,
-        }
+        })
     }
 
     /// A loaded policy by name.
@@ -62,13 +76,14 @@ impl AppState {
         store: Arc<dyn Store>,
         memory: Option<Arc<MemoryStore>>,
         observer: Arc<dyn VerdictObserver>,
-    ) -> Self {
-        AppState {
-            runtime: Arc::new(ArcSwap::from_pointee(Runtime::new(config))),
+    ) -> Result<Self, String> {
+        let runtime = Runtime::new(config, Arc::clone(&store), Arc::clone(&observer))?;
+        Ok(AppState {
+            runtime: Arc::new(ArcSwap::from_pointee(runtime)),
             store,
             memory,
             observer,
-        }
+        })
     }
 
     /// The current configuration snapshot.
@@ -78,10 +93,12 @@ impl AppState {
 
     /// Installs a new configuration. Unchanged policies keep their state (the memory store
     /// keys its tables by the policy's full definition); removed or changed ones are dropped.
-    pub fn apply(&self, config: Config) {
+    pub fn apply(&self, config: Config) -> Result<(), String> {
+        let runtime = Runtime::new(config, Arc::clone(&self.store), Arc::clone(&self.observer))?;
         if let Some(memory) = &self.memory {
-            memory.retain_policies(&config.policies);
+            memory.retain_policies(&runtime.config.policies);
         }
-        self.runtime.store(Arc::new(Runtime::new(config)));
+        self.runtime.store(Arc::new(runtime));
+        Ok(())
     }
 }

@@ -1,7 +1,6 @@
 //! `POST /v1/check`: single, multi-policy and batch decisions.
 
 use std::sync::Arc;
-use std::time::Instant;
 
 use axum::Json;
 use axum::extract::State;
@@ -13,9 +12,8 @@ use sluicegate_core::{CheckRequest, Policy, Verdict};
 use super::error::ApiError;
 use super::types::{BatchBody, BatchEntry, BatchResponse, CheckBody, CheckResponse, PolicyNames};
 use super::{MAX_BATCH, MAX_BODY};
-use crate::headers;
-use crate::metrics;
 use crate::state::{AppState, Runtime};
+use sluicegate_middleware::headers::write_headers;
 
 /// Decide (and, if admitted, consume) one request, or a batch of independent ones.
 ///
@@ -109,9 +107,7 @@ pub async fn decide(
 ) -> Result<Verdict, ApiError> {
     let request = CheckRequest::new(policies, key, cost);
     request.validate().map_err(|e| ApiError::from_store(&e))?;
-    let started = Instant::now();
     let result = state.store.check(request).await;
-    metrics::record_store_call(started.elapsed(), result.is_err());
     let verdict = match result {
         Ok(verdict) => verdict,
         Err(e) if e.is_bad_request() => return Err(ApiError::from_store(&e)),
@@ -132,12 +128,8 @@ pub fn respond(runtime: &Runtime, verdict: &Verdict, list: bool) -> Response {
         return ApiError::invalid("the request names no policy").into_response();
     };
     let mut response = Json(body).into_response();
-    headers::write(&runtime.header_sets, verdict, response.headers_mut());
-    if let Some(secs) = headers::retry_after_secs(verdict) {
-        response
-            .headers_mut()
-            .insert(axum::http::header::RETRY_AFTER, secs.into());
-    }
+    // Also `Retry-After` on a denial.
+    write_headers(&runtime.header_sets, verdict, response.headers_mut());
     response
 }
 
@@ -177,9 +169,7 @@ async fn check_batch(
         .iter()
         .map(|(_, policies, body)| CheckRequest::new(policies, &body.key, body.cost))
         .collect();
-    let started = Instant::now();
     let verdicts = state.store.check_batch(&requests).await;
-    metrics::record_store_call(started.elapsed(), verdicts.iter().any(Result::is_err));
     for ((i, policies, body), verdict) in valid.iter().zip(verdicts) {
         let verdict = match verdict {
             Ok(v) => v,

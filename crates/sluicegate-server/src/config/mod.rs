@@ -7,8 +7,6 @@
 mod diagnostic;
 mod parse;
 
-use std::collections::BTreeMap;
-use std::fmt;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -16,6 +14,7 @@ use std::time::Duration;
 
 use ipnet::IpNet;
 use sluicegate_core::Policy;
+use sluicegate_middleware::{HeaderSet, RouteSpec};
 
 pub use diagnostic::{Diagnostic, Diagnostics};
 
@@ -32,7 +31,7 @@ pub struct Config {
     /// `[[policies]]`, in file order; names are unique.
     pub policies: Vec<Arc<Policy>>,
     /// `[[routes]]`, in file order.
-    pub routes: Vec<RouteConfig>,
+    pub routes: Vec<RouteSpec>,
     /// `[gateway]`: the reverse proxy, when configured.
     pub gateway: Option<GatewayConfig>,
     /// `[envoy]`: the Envoy rate limit service, when configured.
@@ -51,7 +50,7 @@ pub struct ServerConfig {
     /// Bearer token for the admin endpoints; they are disabled without one.
     pub admin_token: Option<String>,
     /// Which rate-limit header sets responses carry: `draft-6`, `ietf`, `legacy`.
-    pub headers: Vec<String>,
+    pub headers: Vec<HeaderSet>,
     /// Status of a denied forward-auth request.
     pub forward_auth_deny_status: u16,
 }
@@ -90,42 +89,6 @@ pub struct StoreConfig {
     pub timeout: Duration,
     /// Bound on keys tracked by the memory store.
     pub max_keys: usize,
-}
-
-/// How a route keys its clients (`key = "ip" | "header:<name>" | "global"`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum KeyConfig {
-    /// The client IP (see `trusted_proxies`, `ipv6_prefix`).
-    Ip,
-    /// A request header's value (lower-case name); by IP when absent.
-    Header(String),
-    /// One key for everybody.
-    Global,
-}
-
-impl fmt::Display for KeyConfig {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            KeyConfig::Ip => f.write_str("ip"),
-            KeyConfig::Header(name) => write!(f, "header:{name}"),
-            KeyConfig::Global => f.write_str("global"),
-        }
-    }
-}
-
-/// `[[routes]]`: which requests a set of policies applies to.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RouteConfig {
-    /// Path prefix; the longest matching prefix wins.
-    pub path: String,
-    /// Upper-case methods; empty means any.
-    pub methods: Vec<String>,
-    /// Exact-match header conditions (lower-case names).
-    pub headers: BTreeMap<String, String>,
-    /// Policy names; all must admit.
-    pub policies: Vec<String>,
-    /// How clients are keyed.
-    pub key: KeyConfig,
 }
 
 /// `[gateway]`.
@@ -260,10 +223,9 @@ impl Config {
             let _ = writeln!(out, "policy {}", describe_policy(p));
         }
         for r in &self.routes {
-            let methods = if r.methods.is_empty() {
-                "*".to_owned()
-            } else {
-                r.methods.join(",")
+            let methods = match &r.methods {
+                Some(m) => m.join(","),
+                None => "*".to_owned(),
             };
             let _ = writeln!(
                 out,
@@ -363,7 +325,7 @@ mod tests {
         assert_eq!((p.limit(), p.burst()), (60, 60));
         assert_eq!(p.period_duration(), Duration::from_secs(60));
         assert_eq!(config.routes[0].path, "/");
-        assert_eq!(config.routes[0].key, KeyConfig::Ip);
+        assert_eq!(config.routes[0].key, sluicegate_middleware::KeySpec::Ip);
     }
 
     #[test]
@@ -371,8 +333,15 @@ mod tests {
         let text = "[server]\nlisten = \"nope\"\nbogus = 1\n\n[[policies]]\nname = \"a\"\nalgorithm = \"sliding_log\"\nlimit = 0\nperiod = \"1x\"\nmode = \"delay\"\n\n[[routes]]\npath = \"/\"\npolicies = [\"b\"]\n";
         let diags = load(text, Path::new("t.toml")).unwrap_err();
         let places: Vec<(usize, usize)> = diags.errors.iter().map(|d| (d.line, d.column)).collect();
-        assert_eq!(places, vec![(2, 10), (3, 1), (8, 9), (9, 10), (10, 8), (14, 13)]);
-        assert!(diags.to_string().starts_with("t.toml:2:10: error: invalid listen address"));
+        assert_eq!(
+            places,
+            vec![(2, 10), (3, 1), (8, 9), (9, 10), (10, 8), (14, 13)]
+        );
+        assert!(
+            diags
+                .to_string()
+                .starts_with("t.toml:2:10: error: invalid listen address")
+        );
     }
 
     #[test]
@@ -388,7 +357,10 @@ mod tests {
             .unwrap();
         assert_eq!(config.server.listen.port(), 9999);
         assert_eq!(config.store.backend, Backend::Redis);
-        assert_eq!(config.gateway.unwrap().listen.to_string(), DEFAULT_GATEWAY_LISTEN);
+        assert_eq!(
+            config.gateway.unwrap().listen.to_string(),
+            DEFAULT_GATEWAY_LISTEN
+        );
         let mut config = Config::embedded();
         let only_listen = Overrides {
             gateway_listen: Some("127.0.0.1:1".parse().unwrap()),
@@ -399,7 +371,10 @@ mod tests {
 
     #[test]
     fn passwords_are_redacted() {
-        assert_eq!(redact("redis://:s3cret@host:6379/0"), "redis://***@host:6379/0");
+        assert_eq!(
+            redact("redis://:s3cret@host:6379/0"),
+            "redis://***@host:6379/0"
+        );
         assert_eq!(redact("redis://host:6379"), "redis://host:6379");
     }
 }

@@ -12,17 +12,15 @@ use ipnet::IpNet;
 use serde::de::{DeserializeOwned, IntoDeserializer};
 use sluicegate_core::spec::parse_duration;
 use sluicegate_core::{AlgorithmKind, Mode, OnStoreError, Policy, PolicyError, PolicySpec};
+use sluicegate_middleware::{HeaderSet, KeySpec, RouteSpec, RouteTable};
 use toml::Spanned;
 use toml::de::{DeTable, DeValue};
 
 use super::diagnostic::Collector;
 use super::{
-    Backend, Config, DEFAULT_MAX_KEYS, Diagnostics, EnvoyConfig, GatewayConfig, KeyConfig,
-    RouteConfig, ServerConfig, StoreConfig,
+    Backend, Config, DEFAULT_MAX_KEYS, Diagnostics, EnvoyConfig, GatewayConfig, ServerConfig,
+    StoreConfig,
 };
-
-/// Header set names accepted in `server.headers`.
-pub(super) const HEADER_SETS: [&str; 3] = ["draft-6", "ietf", "legacy"];
 
 const TOP: &[&str] = &["server", "store", "policies", "routes", "gateway", "envoy"];
 const SERVER: &[&str] = &[
@@ -175,7 +173,7 @@ impl Reader<'_> {
             trusted_proxies: Vec::new(),
             ipv6_prefix: 64,
             admin_token: None,
-            headers: vec!["draft-6".to_owned(), "ietf".to_owned()],
+            headers: HeaderSet::DEFAULT.to_vec(),
             forward_auth_deny_status: 429,
         };
         let Some(t) = table else {
@@ -229,27 +227,24 @@ impl Reader<'_> {
             }
         }
         if let Some(sets) = self.get::<Vec<Spanned<String>>>(t, "headers", what) {
-            let mut names = Vec::new();
+            let mut parsed = Vec::new();
             for set in sets.into_inner() {
-                if !HEADER_SETS.contains(&set.get_ref().as_str()) {
-                    self.c.error(
-                        set.span(),
-                        format!(
-                            "unknown header set {:?}; expected one of: {}",
-                            set.get_ref(),
-                            HEADER_SETS.join(", ")
-                        ),
-                    );
-                } else if names.contains(set.get_ref()) {
-                    self.c.error(
+                match set.get_ref().parse::<HeaderSet>() {
+                    Ok(h) if parsed.contains(&h) => self.c.error(
                         set.span(),
                         format!("header set {:?} listed twice", set.get_ref()),
-                    );
-                } else {
-                    names.push(set.into_inner());
+                    ),
+                    Ok(h) => parsed.push(h),
+                    Err(_) => self.c.error(
+                        set.span(),
+                        format!(
+                            "unknown header set {:?}; expected draft-6, ietf or legacy",
+                            set.get_ref()
+                        ),
+                    ),
                 }
             }
-            server.headers = names;
+            server.headers = parsed;
         }
         if let Some(status) = self.get::<u64>(t, "forward_auth_deny_status", what) {
             if (400..=599).contains(status.get_ref()) {
@@ -392,6 +387,8 @@ impl Reader<'_> {
                 if self.defined.contains(name) {
                     self.c
                         .error(name_span.clone(), format!("duplicate policy name {name:?}"));
+                    // Still check the rest of it, so its other mistakes show too.
+                    let _ = self.policy(table, span);
                     continue;
                 }
                 self.defined.push(name.clone());
@@ -539,7 +536,7 @@ impl Reader<'_> {
         value: Option<&Value<'_>>,
         policies: &[(Arc<Policy>, Range<usize>)],
         _root: Range<usize>,
-    ) -> Vec<RouteConfig> {
+    ) -> Vec<RouteSpec> {
         let Some(value) = value else {
             return Vec::new();
         };
@@ -560,7 +557,7 @@ impl Reader<'_> {
         t: &DeTable<'_>,
         span: Range<usize>,
         policies: &[(Arc<Policy>, Range<usize>)],
-    ) -> Option<RouteConfig> {
+    ) -> Option<RouteSpec> {
         let what = "route";
         self.unknown(t, "[[routes]]", ROUTE);
         let before = self.c_len();
@@ -576,8 +573,15 @@ impl Reader<'_> {
                 ),
             );
         }
-        let mut methods = Vec::new();
+        let mut methods = None;
         if let Some(list) = self.get::<Vec<Spanned<String>>>(t, "methods", what) {
+            if list.get_ref().is_empty() {
+                self.c.error(
+                    list.span(),
+                    "methods = [] would never match; omit it to match every method",
+                );
+            }
+            let methods = methods.get_or_insert_with(Vec::new);
             for m in list.into_inner() {
                 let upper = m.get_ref().to_ascii_uppercase();
                 match http::Method::from_bytes(upper.as_bytes()) {
@@ -637,11 +641,11 @@ impl Reader<'_> {
             }
             None => {}
         }
-        let mut key = KeyConfig::Ip;
+        let mut key = KeySpec::Ip;
         if let Some(text) = self.get::<String>(t, "key", what) {
-            match parse_key(text.get_ref()) {
-                Some(k) => key = k,
-                None => self.c.error(
+            match text.get_ref().parse::<KeySpec>() {
+                Ok(k) => key = k,
+                Err(_) => self.c.error(
                     text.span(),
                     format!(
                         "invalid key {:?}; expected ip, global or header:<name>",
@@ -657,13 +661,24 @@ impl Reader<'_> {
         {
             return None;
         }
-        Some(RouteConfig {
+        let spec = RouteSpec {
             path: path?.into_inner(),
             methods,
             headers,
             policies: names,
             key,
-        })
+        };
+        // The middleware has the last word on what a route is.
+        let lookup = |name: &str| {
+            policies
+                .iter()
+                .find(|(p, _)| p.name() == name)
+                .map(|(p, _)| Arc::clone(p))
+        };
+        for (_, e) in RouteTable::validate(std::slice::from_ref(&spec), lookup) {
+            self.c.error(span.clone(), e.to_string());
+        }
+        (self.c_len() == before).then_some(spec)
     }
 
     fn gateway(&mut self, t: &DeTable<'_>, span: Range<usize>) -> Option<GatewayConfig> {
@@ -728,16 +743,4 @@ fn parse_cidr(text: &str) -> Option<IpNet> {
     text.parse::<IpNet>()
         .ok()
         .or_else(|| text.parse::<IpAddr>().ok().map(IpNet::from))
-}
-
-fn parse_key(text: &str) -> Option<KeyConfig> {
-    match text {
-        "ip" => Some(KeyConfig::Ip),
-        "global" => Some(KeyConfig::Global),
-        _ => {
-            let name = text.strip_prefix("header:")?.trim().to_ascii_lowercase();
-            http::HeaderName::from_bytes(name.as_bytes()).ok()?;
-            Some(KeyConfig::Header(name))
-        }
-    }
 }
