@@ -24,24 +24,37 @@ pub const POLL_INTERVAL: Duration = Duration::from_secs(2);
 const DEBOUNCE: Duration = Duration::from_millis(100);
 
 /// Starts watching `path`; runs until `stop` turns true.
-pub fn spawn(path: PathBuf, overrides: Overrides, state: AppState, stop: watch::Receiver<bool>) {
-    tokio::spawn(watch_loop(path, overrides, state, stop));
+/// `loaded` is the hash of the text the running configuration came from.
+pub fn spawn(
+    path: PathBuf,
+    loaded: Option<u64>,
+    overrides: Overrides,
+    state: AppState,
+    stop: watch::Receiver<bool>,
+) {
+    // The watch is set up before returning, so no change after start-up is missed.
+    let (tx, rx) = mpsc::channel::<()>(1);
+    let watcher = watch_dir(&path, tx);
+    tokio::spawn(watch_loop(
+        path, loaded, watcher, rx, overrides, state, stop,
+    ));
 }
 
 async fn watch_loop(
     path: PathBuf,
+    loaded: Option<u64>,
+    watcher: Option<notify::RecommendedWatcher>,
+    mut rx: mpsc::Receiver<()>,
     overrides: Overrides,
     state: AppState,
     stop: watch::Receiver<bool>,
 ) {
     let stopped = crate::serve::stopped(stop);
     tokio::pin!(stopped);
-    let (tx, mut rx) = mpsc::channel::<()>(1);
-    let watcher = watch_dir(&path, tx);
     if watcher.is_none() {
         tracing::warn!(path = %path.display(), "file notifications unavailable; polling every {:?}", POLL_INTERVAL);
     }
-    let mut last = read(&path).map(|t| hash(&t));
+    let mut last = loaded;
     let mut poll = tokio::time::interval(POLL_INTERVAL);
     poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -152,7 +165,8 @@ fn read(path: &Path) -> Option<String> {
     std::fs::read_to_string(path).ok()
 }
 
-fn hash(text: &str) -> u64 {
+/// The content hash that tells a real change from a touch.
+pub fn hash(text: &str) -> u64 {
     let mut h = DefaultHasher::new();
     text.hash(&mut h);
     h.finish()

@@ -3,6 +3,7 @@
 
 use std::net::SocketAddr;
 use std::process::ExitCode;
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::net::TcpListener;
@@ -18,15 +19,15 @@ pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(30);
 /// Runs the server; the exit code is 0 after a clean shutdown.
 pub async fn run(args: ServeArgs) -> ExitCode {
     let overrides = args.overrides();
-    let config = match load(args.config.as_deref(), &overrides) {
-        Ok(config) => config,
+    let (config, loaded_hash) = match load(args.config.as_deref(), &overrides) {
+        Ok(loaded) => loaded,
         Err(message) => {
             eprintln!("{message}");
             eprintln!("sluicegate: refusing to start");
             return ExitCode::FAILURE;
         }
     };
-    match serve(config, args, overrides).await {
+    match serve(config, loaded_hash, args, overrides).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(message) => {
             eprintln!("sluicegate: {message}");
@@ -35,20 +36,39 @@ pub async fn run(args: ServeArgs) -> ExitCode {
     }
 }
 
-/// The file (or the embedded default) with the flags applied.
-pub fn load(path: Option<&std::path::Path>, overrides: &Overrides) -> Result<Config, String> {
-    let mut config = match path {
-        Some(path) => Config::from_file(path).map_err(|d| d.to_string())?,
-        None => Config::embedded(),
+/// The file (or the embedded default) with the flags applied, and the hash of the text
+/// that was loaded (the reload watcher's starting point).
+pub fn load(
+    path: Option<&std::path::Path>,
+    overrides: &Overrides,
+) -> Result<(Config, Option<u64>), String> {
+    let (mut config, hash) = match path {
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| format!("{}: error: cannot read it: {e}", path.display()))?;
+            let config = crate::config::load(&text, path).map_err(|d| d.to_string())?;
+            (config, Some(crate::reload::hash(&text)))
+        }
+        None => (Config::embedded(), None),
     };
     config.apply(overrides)?;
-    Ok(config)
+    Ok((config, hash))
 }
 
-async fn serve(config: Config, args: ServeArgs, overrides: Overrides) -> Result<(), String> {
+async fn serve(
+    config: Config,
+    loaded_hash: Option<u64>,
+    args: ServeArgs,
+    overrides: Overrides,
+) -> Result<(), String> {
     crate::metrics::install();
     let opened = crate::store::open(&config.store).await?;
-    let observer = crate::metrics::observers();
+    // The dashboard sees every verdict next to the metrics, and probes the same store.
+    let dashboard = Arc::new(sluicegate_dashboard::DashboardObserver::default());
+    let observer: Arc<dyn sluicegate_core::VerdictObserver> = Arc::new(vec![
+        crate::metrics::observers(),
+        Arc::clone(&dashboard) as Arc<dyn sluicegate_core::VerdictObserver>,
+    ]);
     let state = AppState::new(config.clone(), opened.store, opened.memory, observer)?;
 
     let api = bind(config.server.listen, "API").await?;
@@ -57,13 +77,17 @@ async fn serve(config: Config, args: ServeArgs, overrides: Overrides) -> Result<
         None => None,
     };
 
+    let signal = shutdown_signal();
     let (stop_tx, stop_rx) = watch::channel(false);
     let mut tasks = tokio::task::JoinSet::new();
 
     let api_addr = local(&api);
     println!("sluicegate {} listening:", env!("CARGO_PKG_VERSION"));
     println!("  api http://{api_addr}");
-    let app = crate::app::router(state.clone());
+    println!("  dashboard http://{api_addr}/dashboard");
+    let app = crate::app::router(state.clone()).merge(sluicegate_dashboard::router(
+        sluicegate_dashboard::Dashboard::new(dashboard).with_probe(Arc::clone(&state.store)),
+    ));
     tasks.spawn({
         let stop = stopped(stop_rx.clone());
         async move {
@@ -96,20 +120,20 @@ async fn serve(config: Config, args: ServeArgs, overrides: Overrides) -> Result<
             stopped(stop_rx.clone()),
         ));
     }
+    if let Some(path) = args.config.clone() {
+        crate::reload::spawn(path, loaded_hash, overrides, state.clone(), stop_rx.clone());
+    }
     print!("{}", config.summary());
     if let Some(path) = &args.config {
         println!("watching {} for changes", path.display());
     }
+    println!("ready");
     use std::io::Write;
     let _ = std::io::stdout().flush();
 
-    if let Some(path) = args.config.clone() {
-        crate::reload::spawn(path, overrides, state.clone(), stop_rx.clone());
-    }
-
     let mut failure = None;
     tokio::select! {
-        () = shutdown_signal() => {
+        () = signal => {
             tracing::info!("shutting down: draining in-flight requests");
         }
         Some(done) = tasks.join_next() => {
@@ -159,26 +183,32 @@ pub async fn stopped(mut stop: watch::Receiver<bool>) {
     let _ = stop.wait_for(|s| *s).await;
 }
 
-/// SIGINT (Ctrl-C) or SIGTERM.
-async fn shutdown_signal() {
-    let ctrl_c = async {
-        if tokio::signal::ctrl_c().await.is_err() {
-            std::future::pending::<()>().await;
-        }
-    };
+/// SIGINT (Ctrl-C) or SIGTERM. The handlers are installed at once (before the banner
+/// says the server is ready), so an early signal is not lost to the default action.
+fn shutdown_signal() -> impl std::future::Future<Output = ()> + Send + 'static {
     #[cfg(unix)]
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
+    let term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+    #[cfg(unix)]
+    let int = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt()).ok();
+    async move {
+        #[cfg(unix)]
+        {
+            let wait = |s: Option<tokio::signal::unix::Signal>| async move {
+                match s {
+                    Some(mut s) => {
+                        s.recv().await;
+                    }
+                    None => std::future::pending::<()>().await,
+                }
+            };
+            tokio::select! {
+                () = wait(term) => {}
+                () = wait(int) => {}
             }
-            Err(_) => std::future::pending::<()>().await,
         }
-    };
-    #[cfg(not(unix))]
-    let term = std::future::pending::<()>();
-    tokio::select! {
-        () = ctrl_c => {}
-        () = term => {}
+        #[cfg(not(unix))]
+        {
+            let _ = tokio::signal::ctrl_c().await;
+        }
     }
 }

@@ -389,6 +389,8 @@ impl Reader<'_> {
                 if self.defined.contains(name) {
                     self.c
                         .error(name_span.clone(), format!("duplicate policy name {name:?}"));
+                    // Still check the rest of it, so its other mistakes show too.
+                    let _ = self.policy(table, span);
                     continue;
                 }
                 self.defined.push(name.clone());
