@@ -56,7 +56,8 @@ pub(crate) enum Op {
     Refund,
 }
 
-/// Builds one script call carrying `requests` requests.
+/// Builds one script call carrying `requests` requests. Each distinct policy is sent once,
+/// however many requests of a batch use it; items refer to it by index.
 pub(crate) fn invocation<'s>(
     script: &'s Script,
     now: Option<Micros>,
@@ -72,21 +73,41 @@ pub(crate) fn invocation<'s>(
         Op::Check => "check",
         Op::Refund => "refund",
     });
+    // Distinct policies, by identity first (the common case: one shared Arc), by value else.
+    let mut distinct: Vec<&Item<'_>> = Vec::new();
+    let mut index = Vec::with_capacity(requests.iter().map(|r| r.len()).sum());
+    for item in requests.iter().flat_map(|items| items.iter()) {
+        let found = distinct.iter().position(|d| {
+            Arc::ptr_eq(d.policy, item.policy)
+                || (d.params == item.params && d.policy.mode() == item.policy.mode())
+        });
+        index.push(match found {
+            Some(i) => i + 1,
+            None => {
+                distinct.push(item);
+                distinct.len()
+            }
+        });
+    }
+    inv.arg(distinct.len());
+    for item in &distinct {
+        let p = &item.params;
+        inv.arg(p.code)
+            .arg(u8::from(
+                item.policy.mode() == sluicegate_core::Mode::Shadow,
+            ))
+            .arg(p.limit)
+            .arg(p.period)
+            .arg(p.burst)
+            .arg(p.max_delay);
+    }
     inv.arg(requests.len());
+    let mut index = index.into_iter();
     for items in requests {
         inv.arg(items.len());
         for item in *items {
-            let p = &item.params;
             inv.key(&item.key);
-            inv.arg(p.code)
-                .arg(u8::from(
-                    item.policy.mode() == sluicegate_core::Mode::Shadow,
-                ))
-                .arg(item.cost)
-                .arg(p.limit)
-                .arg(p.period)
-                .arg(p.burst)
-                .arg(p.max_delay);
+            inv.arg(index.next().unwrap_or(1)).arg(item.cost);
         }
     }
     inv
@@ -138,13 +159,14 @@ mod tests {
     #[test]
     fn source_has_every_part() {
         for name in [
-            "local fixed_window",
-            "local sliding_log",
-            "local sliding_window",
-            "local token_bucket",
-            "local leaky_bucket",
-            "local gcra",
-            "local ALGORITHMS",
+            "local function fixed_window",
+            "local function sliding_log",
+            "local function sliding_window",
+            "local function token_bucket",
+            "local function leaky_bucket",
+            "local function gcra",
+            "local CONSTRUCTORS",
+            "MGET",
         ] {
             assert!(SOURCE.contains(name), "{name} missing");
         }
