@@ -37,23 +37,27 @@ fn start_server() -> Server {
         .local_addr()
         .unwrap()
         .port();
-    let child = Command::new("redis-server")
-        .args([
-            "--port",
-            &port.to_string(),
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-        ])
-        .stdout(Stdio::null())
-        .spawn()
-        .expect("redis-server must be installed (scripts/install-test-deps.sh)");
+    // Owned by `Server` at once, so it is killed and reaped on every path.
+    let server = Server(
+        Command::new("redis-server")
+            .args([
+                "--port",
+                &port.to_string(),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+            ])
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("redis-server must be installed (scripts/install-test-deps.sh)"),
+        port,
+    );
     for _ in 0..200 {
         if cli(port, &["ping"]).contains("PONG") {
-            return Server(child, port);
+            return server;
         }
         std::thread::sleep(Duration::from_millis(20));
     }
@@ -170,6 +174,59 @@ async fn store_rate(
     done.load(Ordering::Relaxed) as f64 / started.elapsed().as_secs_f64()
 }
 
+/// CPU seconds (user + system) of this process and of its waited-for children
+/// (redis-benchmark), from /proc/self/stat.
+fn process_cpu() -> (f64, f64) {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    let fields: Vec<f64> = stat
+        .rsplit(')')
+        .next()
+        .unwrap_or("")
+        .split_whitespace()
+        .map(|f| f.parse().unwrap_or(0.0))
+        .collect();
+    // After the command name: utime, stime, cutime, cstime are fields 12..16 (0-based 11..14).
+    let tick = 100.0;
+    let get = |i: usize| fields.get(i).copied().unwrap_or(0.0) / tick;
+    (get(11) + get(12), get(13) + get(14))
+}
+
+/// CPU seconds redis-server has used, from INFO cpu.
+fn server_cpu(port: u16) -> f64 {
+    cli(port, &["info", "cpu"])
+        .lines()
+        .filter(|l| l.starts_with("used_cpu_sys:") || l.starts_with("used_cpu_user:"))
+        .filter_map(|l| l.split(':').nth(1)?.trim().parse::<f64>().ok())
+        .sum()
+}
+
+/// One measured phase: decisions per second, and CPU µs per decision on the server and on
+/// the client side (this process, or redis-benchmark).
+struct Phase {
+    rate: f64,
+    server_us: f64,
+    client_us: f64,
+}
+
+fn measure(port: u16, child_client: bool, run: impl FnOnce() -> (f64, f64)) -> Phase {
+    let (own0, children0) = process_cpu();
+    let server0 = server_cpu(port);
+    let (rate, seconds) = run();
+    let (own1, children1) = process_cpu();
+    let server1 = server_cpu(port);
+    let decisions = rate * seconds;
+    let client = if child_client {
+        children1 - children0
+    } else {
+        own1 - own0
+    };
+    Phase {
+        rate,
+        server_us: (server1 - server0) * 1e6 / decisions,
+        client_us: client * 1e6 / decisions,
+    }
+}
+
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     v[v.len() / 2]
@@ -209,39 +266,73 @@ fn main() {
             .collect::<Vec<_>>(),
     );
 
-    let (mut raw, mut single, mut batched) = (Vec::new(), Vec::new(), Vec::new());
+    let mut phases: [Vec<Phase>; 3] = [Vec::new(), Vec::new(), Vec::new()];
     for round in 0..rounds {
-        raw.push(raw_rate(port, &sha, seconds));
-        single.push(runtime.block_on(store_rate(
-            Arc::clone(&store),
-            Arc::clone(&keys),
-            seconds,
-            1,
-        )));
-        batched.push(runtime.block_on(store_rate(
-            Arc::clone(&store),
-            Arc::clone(&keys),
-            seconds,
-            BATCH,
-        )));
+        let raw = measure(port, true, || {
+            let rate = raw_rate(port, &sha, seconds);
+            (rate, 140_000.0 * seconds / rate)
+        });
+        let single = measure(port, false, || {
+            let rate = runtime.block_on(store_rate(
+                Arc::clone(&store),
+                Arc::clone(&keys),
+                seconds,
+                1,
+            ));
+            (rate, seconds)
+        });
+        let batch = measure(port, false, || {
+            let rate = runtime.block_on(store_rate(
+                Arc::clone(&store),
+                Arc::clone(&keys),
+                seconds,
+                BATCH,
+            ));
+            (rate, seconds)
+        });
         eprintln!(
-            "round {round}: raw {:.0}/s, store {:.0}/s, batch {:.0}/s",
-            raw[round], single[round], batched[round]
+            "round {round}: raw {:.0}/s, store {:.0}/s ({:.2}x), batch {:.0}/s ({:.2}x)",
+            raw.rate,
+            single.rate,
+            single.rate / raw.rate,
+            batch.rate,
+            batch.rate / raw.rate
+        );
+        for (all, phase) in phases.iter_mut().zip([raw, single, batch]) {
+            all.push(phase);
+        }
+    }
+    let [raw, single, batched] = phases;
+    let ratio = |of: &[Phase]| median(of.iter().zip(&raw).map(|(p, r)| p.rate / r.rate).collect());
+    let column = |of: &[Phase], f: fn(&Phase) -> f64| median(of.iter().map(f).collect());
+    println!(
+        "| what | decisions/s (median of {rounds} rounds × {seconds} s) | × raw (median of per-round ratios) | redis-server CPU µs/decision | client CPU µs/decision |"
+    );
+    println!("|---|---:|---:|---:|---:|");
+    let rows: [(String, &[Phase]); 3] = [
+        (
+            format!("redis-benchmark EVALSHA raw token bucket, -c {CLIENTS} -P {PIPELINE}"),
+            &raw,
+        ),
+        (
+            format!("RedisStore::check, {IN_FLIGHT} concurrent tasks"),
+            &single,
+        ),
+        (
+            format!(
+                "RedisStore::check_batch ({BATCH} a call), {} concurrent tasks",
+                (IN_FLIGHT / BATCH).max(4)
+            ),
+            &batched,
+        ),
+    ];
+    for (name, of) in rows {
+        println!(
+            "| {name} | {:.0} | {:.2} | {:.1} | {:.1} |",
+            column(of, |p| p.rate),
+            ratio(of),
+            column(of, |p| p.server_us),
+            column(of, |p| p.client_us)
         );
     }
-    let (raw, single, batched) = (median(raw), median(single), median(batched));
-    println!("| what | decisions/s (median of {rounds} × {seconds} s) | × raw pipelined |");
-    println!("|---|---:|---:|");
-    println!(
-        "| redis-benchmark EVALSHA raw token bucket, -c {CLIENTS} -P {PIPELINE} | {raw:.0} | 1.00 |"
-    );
-    println!(
-        "| RedisStore::check, {IN_FLIGHT} concurrent tasks | {single:.0} | {:.2} |",
-        single / raw
-    );
-    println!(
-        "| RedisStore::check_batch ({BATCH} a call), {} concurrent tasks | {batched:.0} | {:.2} |",
-        (IN_FLIGHT / BATCH).max(4),
-        batched / raw
-    );
 }

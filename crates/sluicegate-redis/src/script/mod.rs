@@ -42,8 +42,8 @@ pub(crate) fn entry_script() -> Script {
 
 /// One policy of one request, ready to send.
 #[derive(Debug, Clone)]
-pub(crate) struct Item<'a> {
-    pub policy: &'a Arc<Policy>,
+pub(crate) struct Item {
+    pub policy: Arc<Policy>,
     pub key: String,
     pub cost: u64,
     pub params: Params,
@@ -62,7 +62,7 @@ pub(crate) fn invocation<'s>(
     script: &'s Script,
     now: Option<Micros>,
     op: Op,
-    requests: &[&[Item<'_>]],
+    requests: &[&[Item]],
 ) -> ScriptInvocation<'s> {
     let mut inv = script.prepare_invoke();
     match now {
@@ -74,11 +74,11 @@ pub(crate) fn invocation<'s>(
         Op::Refund => "refund",
     });
     // Distinct policies, by identity first (the common case: one shared Arc), by value else.
-    let mut distinct: Vec<&Item<'_>> = Vec::new();
+    let mut distinct: Vec<&Item> = Vec::new();
     let mut index = Vec::with_capacity(requests.iter().map(|r| r.len()).sum());
     for item in requests.iter().flat_map(|items| items.iter()) {
         let found = distinct.iter().position(|d| {
-            Arc::ptr_eq(d.policy, item.policy)
+            Arc::ptr_eq(&d.policy, &item.policy)
                 || (d.params == item.params && d.policy.mode() == item.policy.mode())
         });
         index.push(match found {
@@ -118,10 +118,7 @@ fn bad_reply(what: &str) -> StoreError {
 }
 
 /// Turns the script's reply into one verdict per request, in order.
-pub(crate) fn verdicts(
-    requests: &[&[Item<'_>]],
-    reply: &[i64],
-) -> Result<Vec<Verdict>, StoreError> {
+pub(crate) fn verdicts(requests: &[&[Item]], reply: &[i64]) -> Result<Vec<Verdict>, StoreError> {
     let expected: usize = requests.iter().map(|r| r.len() * REPLY_WIDTH).sum();
     if reply.len() != expected {
         return Err(bad_reply(&format!(
@@ -145,7 +142,7 @@ pub(crate) fn verdicts(
             } else {
                 Decision::deny(limit, num(v[1])?, num(v[2])?, num(v[3])?)
             };
-            decided.push((Arc::clone(item.policy), decision));
+            decided.push((Arc::clone(&item.policy), decision));
         }
         out.push(Verdict::combine(decided).0);
     }
