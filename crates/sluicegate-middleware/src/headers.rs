@@ -17,6 +17,7 @@
 
 use std::fmt;
 use std::str::FromStr;
+use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
@@ -24,7 +25,7 @@ use http::{HeaderMap, HeaderName, HeaderValue, Response, StatusCode, header};
 use http_body_util::Full;
 use serde::{Deserialize, Serialize};
 use sfv::{Integer, KeyRef, ListSerializer, StringRef};
-use sluicegate_core::{Micros, Mode, Outcome, PolicyDecision, Verdict};
+use sluicegate_core::{Micros, Mode, Outcome, Policy, PolicyDecision, Verdict};
 
 /// A set of rate-limit headers. Configured as `"draft-6"`, `"ietf"` or `"legacy"`.
 ///
@@ -153,14 +154,15 @@ fn headline(verdict: &Verdict) -> Option<&PolicyDecision> {
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub fn write_headers(sets: &[HeaderSet], verdict: &Verdict, headers: &mut HeaderMap) {
-    write_headers_at(sets, verdict, SystemTime::now(), headers);
+    write_headers_cached(sets, verdict, None, headers);
 }
 
-/// [`write_headers`] with the current time given.
-pub fn write_headers_at(
+/// [`write_headers`] with a `RateLimit-Policy` value computed ahead by [`policy_field`]
+/// for the same policies (it only depends on the route, not on the request).
+pub fn write_headers_cached(
     sets: &[HeaderSet],
     verdict: &Verdict,
-    now: SystemTime,
+    policy_field: Option<&HeaderValue>,
     headers: &mut HeaderMap,
 ) {
     if let Some(secs) = retry_after_secs(verdict) {
@@ -179,7 +181,7 @@ pub fn write_headers_at(
             HeaderSet::Legacy => {
                 if let Some(d) = headline(verdict) {
                     let d = &d.decision;
-                    let now = now
+                    let now = SystemTime::now()
                         .duration_since(UNIX_EPOCH)
                         .map(|t| u64::try_from(t.as_micros()).unwrap_or(u64::MAX))
                         .unwrap_or(0);
@@ -189,7 +191,7 @@ pub fn write_headers_at(
                     headers.insert(X_RATELIMIT_RESET, HeaderValue::from(reset));
                 }
             }
-            HeaderSet::Ietf => write_ietf(verdict, headers),
+            HeaderSet::Ietf => write_ietf(verdict, policy_field, headers),
         }
     }
 }
@@ -206,30 +208,57 @@ const KEY_W: &KeyRef = KeyRef::constant("w");
 const KEY_R: &KeyRef = KeyRef::constant("r");
 const KEY_T: &KeyRef = KeyRef::constant("t");
 
-fn write_ietf(verdict: &Verdict, headers: &mut HeaderMap) {
-    let mut policy = ListSerializer::new();
+/// The `RateLimit-Policy` field for these policies (shadow ones left out): `None` when
+/// none is left.
+///
+/// ```
+/// use std::{sync::Arc, time::Duration};
+/// use sluicegate_core::{AlgorithmKind, Policy};
+/// let auth = Arc::new(Policy::builder("auth", AlgorithmKind::Gcra, 10, Duration::from_secs(60)).build().unwrap());
+/// let field = sluicegate_middleware::headers::policy_field(&[auth]).unwrap();
+/// assert_eq!(field, r#""auth";q=10;w=60"#);
+/// ```
+pub fn policy_field(policies: &[Arc<Policy>]) -> Option<HeaderValue> {
+    let mut list = ListSerializer::new();
+    for policy in policies.iter().filter(|p| p.mode() != Mode::Shadow) {
+        let Ok(name) = StringRef::from_str(policy.name()) else {
+            continue;
+        };
+        let window = ceil_secs(policy.period()).max(1);
+        list.bare_item(name)
+            .parameter(KEY_Q, sf_int(policy.limit()))
+            .parameter(KEY_W, sf_int(window));
+    }
+    // `finish` is `None` for an empty list, which is not a valid field value.
+    list.finish().and_then(|v| HeaderValue::try_from(v).ok())
+}
+
+fn write_ietf(verdict: &Verdict, cached_policy: Option<&HeaderValue>, headers: &mut HeaderMap) {
     let mut state = ListSerializer::new();
+    let mut shown_policies = Vec::new();
     for d in shown(verdict) {
         let Ok(name) = StringRef::from_str(d.policy.name()) else {
             continue;
         };
-        let window = ceil_secs(d.policy.period()).max(1);
-        policy
-            .bare_item(name)
-            .parameter(KEY_Q, sf_int(d.policy.limit()))
-            .parameter(KEY_W, sf_int(window));
         let reset = ceil_secs(d.decision.reset_after).max(1);
         state
             .bare_item(name)
             .parameter(KEY_R, sf_int(d.decision.remaining))
             .parameter(KEY_T, sf_int(reset));
+        if cached_policy.is_none() {
+            shown_policies.push(Arc::clone(&d.policy));
+        }
     }
-    // `finish` is `None` for an empty list, which is not a valid field value.
-    if let Some(value) = policy.finish().and_then(|v| HeaderValue::try_from(v).ok()) {
-        headers.insert(RATELIMIT_POLICY, value);
-    }
-    if let Some(value) = state.finish().and_then(|v| HeaderValue::try_from(v).ok()) {
-        headers.insert(RATELIMIT, value);
+    let Some(value) = state.finish().and_then(|v| HeaderValue::try_from(v).ok()) else {
+        return;
+    };
+    headers.insert(RATELIMIT, value);
+    let policy = match cached_policy {
+        Some(cached) => Some(cached.clone()),
+        None => policy_field(&shown_policies),
+    };
+    if let Some(policy) = policy {
+        headers.insert(RATELIMIT_POLICY, policy);
     }
 }
 
@@ -294,7 +323,6 @@ pub fn rejection_response(
 mod tests {
     use super::*;
     use sluicegate_core::{AlgorithmKind, Decision, Policy};
-    use std::sync::Arc;
     use std::time::Duration;
 
     fn policy(name: &str, limit: u64, period: Duration, mode: Mode) -> Arc<Policy> {

@@ -80,35 +80,44 @@ impl ClientIdentity {
         if !self.is_trusted(current) {
             return current;
         }
+        // Walk right to left, straight off the header values: no allocation per request.
         let xff = headers.get_all(X_FORWARDED_FOR);
-        let mut hops: Vec<Option<IpAddr>> = Vec::new();
         if xff.iter().next().is_some() {
-            for value in xff {
-                match value.to_str() {
-                    Ok(text) => hops.extend(text.split(',').map(parse_node)),
-                    Err(_) => hops.push(None),
+            for value in xff.iter().rev() {
+                let Ok(text) = value.to_str() else {
+                    return current;
+                };
+                for node in text.rsplit(',') {
+                    match self.step(node, parse_node) {
+                        Step::Trusted(ip) => current = ip,
+                        Step::Client(ip) => return ip,
+                        Step::Stop => return current,
+                    }
                 }
             }
         } else {
-            for value in headers.get_all(http::header::FORWARDED) {
-                match value.to_str() {
-                    Ok(text) => hops.extend(text.split(',').map(forwarded_for)),
-                    Err(_) => hops.push(None),
-                }
-            }
-        }
-        for hop in hops.into_iter().rev() {
-            match hop {
-                None => return current,
-                Some(ip) => {
-                    current = canonical(ip);
-                    if !self.is_trusted(current) {
-                        return current;
+            for value in headers.get_all(http::header::FORWARDED).iter().rev() {
+                let Ok(text) = value.to_str() else {
+                    return current;
+                };
+                for element in text.rsplit(',') {
+                    match self.step(element, forwarded_for) {
+                        Step::Trusted(ip) => current = ip,
+                        Step::Client(ip) => return ip,
+                        Step::Stop => return current,
                     }
                 }
             }
         }
         current
+    }
+
+    fn step(&self, node: &str, parse: fn(&str) -> Option<IpAddr>) -> Step {
+        match parse(node).map(canonical) {
+            None => Step::Stop,
+            Some(ip) if self.is_trusted(ip) => Step::Trusted(ip),
+            Some(ip) => Step::Client(ip),
+        }
     }
 
     /// Cuts an IPv6 address to the configured prefix; IPv4 is unchanged.
@@ -124,11 +133,45 @@ impl ClientIdentity {
     /// The client key for `ip` (already found by [`client_ip`](Self::client_ip)):
     /// `ip:203.0.113.9`, or `ip:2001:db8:1:2::/64` for a masked IPv6 network.
     pub fn ip_key(&self, ip: IpAddr) -> String {
+        use std::fmt::Write;
+        let mut key = String::with_capacity(48);
+        key.push_str("ip:");
         match ip {
-            IpAddr::V6(_) if self.ipv6_prefix < 128 => format!("ip:{ip}/{}", self.ipv6_prefix),
-            _ => format!("ip:{ip}"),
+            // The hot case, without the formatting machinery.
+            IpAddr::V4(v4) => {
+                for (i, octet) in v4.octets().into_iter().enumerate() {
+                    if i > 0 {
+                        key.push('.');
+                    }
+                    push_u8(&mut key, octet);
+                }
+            }
+            IpAddr::V6(v6) => {
+                let _ = write!(key, "{v6}");
+                if self.ipv6_prefix < 128 {
+                    let _ = write!(key, "/{}", self.ipv6_prefix);
+                }
+            }
         }
+        key
     }
+}
+
+fn push_u8(out: &mut String, n: u8) {
+    if n >= 100 {
+        out.push(char::from(b'0' + n / 100));
+    }
+    if n >= 10 {
+        out.push(char::from(b'0' + (n / 10) % 10));
+    }
+    out.push(char::from(b'0' + n % 10));
+}
+
+/// One hop of the walk.
+enum Step {
+    Trusted(IpAddr),
+    Client(IpAddr),
+    Stop,
 }
 
 const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
@@ -352,6 +395,7 @@ mod tests {
         );
         let exact = ClientIdentity::new(vec![], 128);
         assert_eq!(exact.ip_key(ip("2001:db8::1")), "ip:2001:db8::1");
+        assert_eq!(exact.ip_key(ip("0.10.100.255")), "ip:0.10.100.255");
     }
 
     #[test]

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use http::{HeaderMap, Method, Response, StatusCode};
+use http::{HeaderMap, HeaderValue, Method, Response, StatusCode};
 use http_body_util::Full;
 use sluicegate_core::store::MAX_KEY_LEN;
 use sluicegate_core::{CheckRequest, Outcome, Policy, Store, StoreError, Verdict, VerdictObserver};
@@ -187,7 +187,8 @@ impl RateLimiter {
         RateLimitDecision {
             verdict,
             key,
-            route_path: route.path().into(),
+            route_path: Arc::clone(route.path_arc()),
+            policy_field: route.policy_field().cloned(),
             store: Arc::clone(&self.store),
             header_sets: Arc::clone(&self.header_sets),
         }
@@ -235,6 +236,7 @@ pub struct RateLimitDecision {
     verdict: Verdict,
     key: String,
     route_path: Arc<str>,
+    policy_field: Option<HeaderValue>,
     store: Arc<dyn Store>,
     header_sets: Arc<[HeaderSet]>,
 }
@@ -277,7 +279,12 @@ impl RateLimitDecision {
 
     /// Writes the configured rate-limit headers (and `Retry-After` on a rejection).
     pub fn write_headers(&self, headers: &mut HeaderMap) {
-        headers::write_headers(&self.header_sets, &self.verdict, headers);
+        headers::write_headers_cached(
+            &self.header_sets,
+            &self.verdict,
+            self.policy_field.as_ref(),
+            headers,
+        );
     }
 
     /// The 429 response: JSON body, `Retry-After`, rate-limit headers.

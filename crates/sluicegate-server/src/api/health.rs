@@ -1,0 +1,37 @@
+//! `/healthz` (the process answers) and `/readyz` (the store answers).
+
+use axum::Json;
+use axum::extract::State;
+use axum::http::StatusCode;
+
+use super::ApiError;
+use super::types::Health;
+use crate::state::AppState;
+
+/// The process is up.
+#[utoipa::path(get, path = "/healthz", tag = "health",
+    responses((status = 200, description = "The process is up", body = Health)))]
+pub async fn healthz() -> Json<Health> {
+    Json(Health {
+        status: "ok",
+        store: None,
+    })
+}
+
+/// The store answers a ping.
+#[utoipa::path(get, path = "/readyz", tag = "health", responses(
+    (status = 200, description = "The store is reachable", body = Health),
+    (status = 503, description = "The store is not reachable", body = super::ErrorBody)))]
+pub async fn readyz(State(state): State<AppState>) -> Result<Json<Health>, ApiError> {
+    match state.store.ping().await {
+        Ok(()) => Ok(Json(Health {
+            status: "ready",
+            store: Some(state.store.kind()),
+        })),
+        Err(e) => Err(ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "store_unavailable",
+            format!("{} store: {e}", state.store.kind()),
+        )),
+    }
+}

@@ -1,0 +1,252 @@
+//! The JSON shapes of the decision API (also the OpenAPI schemas).
+
+use std::fmt;
+
+use serde::de::{self, SeqAccess, Visitor};
+use serde::{Deserialize, Deserializer, Serialize};
+use sluicegate_core::{PolicyDecision, Verdict};
+use utoipa::ToSchema;
+
+/// `POST /v1/check` body: one decision.
+#[derive(Debug, Clone, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CheckBody {
+    /// A policy name, or a list of names that must all admit (all-or-nothing).
+    pub policy: PolicyNames,
+    /// The client key, 1 to 1024 bytes (e.g. a user id or an IP address).
+    pub key: String,
+    /// The request's weight; 0 reads without consuming. Default 1.
+    #[serde(default = "one")]
+    #[schema(default = 1, minimum = 0)]
+    pub cost: u64,
+}
+
+fn one() -> u64 {
+    1
+}
+
+/// `POST /v1/check` batch body: independent decisions, answered in order.
+#[derive(Debug, Clone, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct BatchBody {
+    /// Up to 1000 requests.
+    pub requests: Vec<serde_json::Value>,
+}
+
+/// `"auth"` or `["auth", "daily"]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PolicyNames {
+    /// A single policy.
+    One(String),
+    /// Several policies, all-or-nothing.
+    Many(Vec<String>),
+}
+
+impl PolicyNames {
+    /// The names, in request order.
+    pub fn names(&self) -> Vec<&str> {
+        match self {
+            PolicyNames::One(name) => vec![name.as_str()],
+            PolicyNames::Many(names) => names.iter().map(String::as_str).collect(),
+        }
+    }
+
+    /// Whether a list was given (the answer then carries `policies`).
+    pub fn is_list(&self) -> bool {
+        matches!(self, PolicyNames::Many(_))
+    }
+}
+
+impl utoipa::PartialSchema for PolicyNames {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        use utoipa::openapi::schema::{ArrayBuilder, ObjectBuilder, OneOfBuilder, Type};
+        let name = || ObjectBuilder::new().schema_type(Type::String);
+        OneOfBuilder::new()
+            .item(name().description(Some("one policy")))
+            .item(
+                ArrayBuilder::new()
+                    .items(name())
+                    .description(Some("several policies, all-or-nothing")),
+            )
+            .into()
+    }
+}
+
+impl ToSchema for PolicyNames {}
+
+impl<'de> Deserialize<'de> for PolicyNames {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct NamesVisitor;
+        impl<'de> Visitor<'de> for NamesVisitor {
+            type Value = PolicyNames;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a policy name or a list of policy names")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<PolicyNames, E> {
+                Ok(PolicyNames::One(v.to_owned()))
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<PolicyNames, A::Error> {
+                let mut names = Vec::new();
+                while let Some(name) = seq.next_element::<String>()? {
+                    if names.len() >= 64 {
+                        return Err(de::Error::custom("at most 64 policies in one request"));
+                    }
+                    names.push(name);
+                }
+                Ok(PolicyNames::Many(names))
+            }
+        }
+        deserializer.deserialize_any(NamesVisitor)
+    }
+}
+
+/// One policy's answer.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
+pub struct PolicyResult {
+    /// Whether this policy admits the request.
+    pub allowed: bool,
+    /// The policy's name.
+    pub policy: String,
+    /// Requests per period.
+    pub limit: u64,
+    /// Whole requests admissible now.
+    pub remaining: u64,
+    /// Milliseconds until the key is back to full (rounded up).
+    pub reset_after_ms: u64,
+    /// When denied: milliseconds until this request's cost would be admitted; else null.
+    pub retry_after_ms: Option<u64>,
+    /// Delay mode only: milliseconds the caller must wait before going ahead (its slot is
+    /// reserved). Absent when there is nothing to wait for.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub delay_ms: Option<u64>,
+}
+
+/// The answer to one decision. The top-level fields describe the deciding policy (on a
+/// denial the denying one with the longest retry, else the one with the fewest remaining);
+/// `allowed` is the verdict over all of them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
+pub struct CheckResponse {
+    /// Whether the request goes ahead.
+    pub allowed: bool,
+    /// The deciding policy.
+    pub policy: String,
+    /// Its limit.
+    pub limit: u64,
+    /// Its remaining requests.
+    pub remaining: u64,
+    /// Its reset time, ms.
+    pub reset_after_ms: u64,
+    /// When denied: the longest wait among the denying policies, ms; else null.
+    pub retry_after_ms: Option<u64>,
+    /// Delay mode only: how long to wait before going ahead, ms.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub delay_ms: Option<u64>,
+    /// Present when `policy` was a list: one object per policy, in request order.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub policies: Option<Vec<PolicyResult>>,
+}
+
+/// Microseconds to whole milliseconds, rounded up.
+pub fn ms(micros: u64) -> u64 {
+    micros.div_ceil(1000)
+}
+
+impl PolicyResult {
+    /// The answer of one policy.
+    pub fn from_decision(d: &PolicyDecision) -> Self {
+        PolicyResult {
+            allowed: d.decision.allowed,
+            policy: d.policy.name().to_owned(),
+            limit: d.decision.limit,
+            remaining: d.decision.remaining,
+            reset_after_ms: ms(d.decision.reset_after),
+            retry_after_ms: d.decision.retry_after.map(ms),
+            delay_ms: (d.decision.delay > 0).then(|| ms(d.decision.delay)),
+        }
+    }
+}
+
+impl CheckResponse {
+    /// The answer to a verdict; `list` adds the per-policy array.
+    pub fn from_verdict(verdict: &Verdict, list: bool) -> Option<Self> {
+        let deciding = verdict.deciding()?;
+        Some(CheckResponse {
+            allowed: verdict.allowed,
+            policy: deciding.policy.name().to_owned(),
+            limit: deciding.decision.limit,
+            remaining: deciding.decision.remaining,
+            reset_after_ms: ms(deciding.decision.reset_after),
+            retry_after_ms: if verdict.allowed {
+                None
+            } else {
+                verdict.retry_after().map(ms)
+            },
+            delay_ms: (verdict.allowed && verdict.delay > 0).then(|| ms(verdict.delay)),
+            policies: list.then(|| {
+                verdict
+                    .decisions
+                    .iter()
+                    .map(PolicyResult::from_decision)
+                    .collect()
+            }),
+        })
+    }
+}
+
+/// The answer to a batch: one entry per request, in order; each is a [`CheckResponse`] or
+/// an error object `{"error", "message"}`.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct BatchResponse {
+    /// The results.
+    pub results: Vec<BatchEntry>,
+}
+
+/// One batch result: an answer or an error.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+#[serde(untagged)]
+pub enum BatchEntry {
+    /// The request was decided.
+    Decided(CheckResponse),
+    /// The request was invalid (`invalid_request`, `unknown_policy`) or the store failed it.
+    Failed(super::ErrorBody),
+}
+
+/// A loaded policy, as `GET /v1/policies` lists it.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct PolicyInfo {
+    /// Name.
+    pub name: String,
+    /// fixed_window | sliding_log | sliding_window | token_bucket | leaky_bucket | gcra.
+    pub algorithm: String,
+    /// Requests per period.
+    pub limit: u64,
+    /// The period, e.g. `1m`.
+    pub period: String,
+    /// The period in milliseconds.
+    pub period_ms: u64,
+    /// Bucket capacity (equals limit for window algorithms, which do not use it).
+    pub burst: u64,
+    /// reject | delay | shadow.
+    pub mode: String,
+    /// Delay mode's longest wait, ms (null in other modes).
+    pub max_delay_ms: Option<u64>,
+    /// allow | deny.
+    pub on_store_error: String,
+}
+
+/// `GET /v1/policies`.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct PoliciesResponse {
+    /// Every loaded policy, in configuration order.
+    pub policies: Vec<PolicyInfo>,
+}
+
+/// `/healthz` and `/readyz`.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct Health {
+    /// `ok` or `ready`.
+    pub status: &'static str,
+    /// The store backend (readyz).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub store: Option<&'static str>,
+}

@@ -1,0 +1,380 @@
+//! The configuration model: what a TOML file (or the embedded default) says, validated.
+//!
+//! [`load`] parses and validates a file's text, collecting *every* error with its line and
+//! column ([`Diagnostics`]); the same function runs for `validate`, at start and on reload.
+//! Command-line flags are applied on top by [`Overrides`].
+
+mod diagnostic;
+mod parse;
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use ipnet::IpNet;
+use sluicegate_core::Policy;
+use sluicegate_middleware::{HeaderSet, RouteSpec};
+
+pub use diagnostic::{Diagnostic, Diagnostics};
+
+/// Default bound on the keys the in-memory store tracks.
+pub const DEFAULT_MAX_KEYS: usize = 1_000_000;
+
+/// A validated configuration.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Config {
+    /// `[server]`: the decision API listener and request handling.
+    pub server: ServerConfig,
+    /// `[store]`: where limiter state lives.
+    pub store: StoreConfig,
+    /// `[[policies]]`, in file order; names are unique.
+    pub policies: Vec<Arc<Policy>>,
+    /// `[[routes]]`, in file order.
+    pub routes: Vec<RouteSpec>,
+    /// `[gateway]`: the reverse proxy, when configured.
+    pub gateway: Option<GatewayConfig>,
+    /// `[envoy]`: the Envoy rate limit service, when configured.
+    pub envoy: Option<EnvoyConfig>,
+}
+
+/// `[server]`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ServerConfig {
+    /// Address of the decision API, admin endpoints and `/metrics`.
+    pub listen: SocketAddr,
+    /// Peers allowed to set `X-Forwarded-For` / `Forwarded`.
+    pub trusted_proxies: Vec<IpNet>,
+    /// IPv6 clients are keyed by this prefix length.
+    pub ipv6_prefix: u8,
+    /// Bearer token for the admin endpoints; they are disabled without one.
+    pub admin_token: Option<String>,
+    /// Which rate-limit header sets responses carry: `draft-6`, `ietf`, `legacy`.
+    pub headers: Vec<HeaderSet>,
+    /// Status of a denied forward-auth request.
+    pub forward_auth_deny_status: u16,
+}
+
+/// `[store] backend`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    /// In this process's memory.
+    Memory,
+    /// A Redis server or cluster.
+    Redis,
+}
+
+impl Backend {
+    /// The configuration name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Backend::Memory => "memory",
+            Backend::Redis => "redis",
+        }
+    }
+}
+
+/// `[store]`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StoreConfig {
+    /// memory | redis.
+    pub backend: Backend,
+    /// Redis URL (`redis://`, `rediss://`).
+    pub url: Option<String>,
+    /// Redis Cluster seed URLs.
+    pub cluster: Vec<String>,
+    /// Prefix of every Redis key.
+    pub key_prefix: String,
+    /// Longest wait for one store call.
+    pub timeout: Duration,
+    /// Bound on keys tracked by the memory store.
+    pub max_keys: usize,
+}
+
+/// `[gateway]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GatewayConfig {
+    /// Where the proxy listens.
+    pub listen: SocketAddr,
+    /// The `http://host:port` everything is forwarded to.
+    pub upstream: http::Uri,
+}
+
+/// `[envoy]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EnvoyConfig {
+    /// Where the `envoy.service.ratelimit.v3` gRPC service listens.
+    pub listen: Option<SocketAddr>,
+    /// An envoyproxy/ratelimit YAML file, resolved against the config file's directory.
+    pub config: Option<PathBuf>,
+}
+
+/// Command-line flags that override the file.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Overrides {
+    /// `--listen`.
+    pub listen: Option<SocketAddr>,
+    /// `--redis`: use the Redis store at this URL.
+    pub redis: Option<String>,
+    /// `--upstream`.
+    pub upstream: Option<http::Uri>,
+    /// `--gateway-listen`.
+    pub gateway_listen: Option<SocketAddr>,
+    /// `--envoy-listen`.
+    pub envoy_listen: Option<SocketAddr>,
+}
+
+/// The gateway's default address when only `--upstream` is given.
+pub const DEFAULT_GATEWAY_LISTEN: &str = "127.0.0.1:8000";
+
+/// The embedded default configuration, as TOML (also what `serve` runs without `--config`).
+pub const EMBEDDED_DEFAULT: &str = r#"# sluicegate's embedded default
+[server]
+listen = "127.0.0.1:8080"
+
+[store]
+backend = "memory"
+
+[[policies]]
+name = "default"
+algorithm = "token_bucket"
+limit = 60
+period = "1m"
+
+[[routes]]
+path = "/"
+policies = ["default"]
+key = "ip"
+"#;
+
+impl Config {
+    /// The embedded default: in-memory store, API on 127.0.0.1:8080, policy `default`
+    /// (token_bucket, 60 a minute, bursts of 60) keyed by client IP on every path.
+    pub fn embedded() -> Config {
+        match load(EMBEDDED_DEFAULT, Path::new("<embedded>")) {
+            Ok(config) => config,
+            // The embedded text is a constant covered by tests; failing here is a build bug.
+            Err(diags) => unreachable!("embedded default config is invalid: {diags}"),
+        }
+    }
+
+    /// Reads and validates a file.
+    pub fn from_file(path: &Path) -> Result<Config, Diagnostics> {
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            Diagnostics::single(path, format!("cannot read {}: {e}", path.display()))
+        })?;
+        load(&text, path)
+    }
+
+    /// A policy by name.
+    pub fn policy(&self, name: &str) -> Option<&Arc<Policy>> {
+        self.policies.iter().find(|p| p.name() == name)
+    }
+
+    /// Applies command-line flags.
+    pub fn apply(&mut self, overrides: &Overrides) -> Result<(), String> {
+        if let Some(listen) = overrides.listen {
+            self.server.listen = listen;
+        }
+        if let Some(url) = &overrides.redis {
+            self.store.backend = Backend::Redis;
+            self.store.url = Some(url.clone());
+            self.store.cluster.clear();
+        }
+        if overrides.upstream.is_some() || overrides.gateway_listen.is_some() {
+            let upstream = match (&overrides.upstream, &self.gateway) {
+                (Some(u), _) => u.clone(),
+                (None, Some(g)) => g.upstream.clone(),
+                (None, None) => {
+                    return Err("--gateway-listen needs --upstream or [gateway] upstream".into());
+                }
+            };
+            let listen = match (overrides.gateway_listen, &self.gateway) {
+                (Some(l), _) => l,
+                (None, Some(g)) => g.listen,
+                (None, None) => DEFAULT_GATEWAY_LISTEN
+                    .parse()
+                    .map_err(|e| format!("default gateway address: {e}"))?,
+            };
+            self.gateway = Some(GatewayConfig { listen, upstream });
+        }
+        if let Some(listen) = overrides.envoy_listen {
+            let envoy = self.envoy.get_or_insert(EnvoyConfig {
+                listen: None,
+                config: None,
+            });
+            envoy.listen = Some(listen);
+        }
+        if self.store.backend == Backend::Redis
+            && self.store.url.is_none()
+            && self.store.cluster.is_empty()
+        {
+            return Err("[store] backend = \"redis\" needs url or cluster (or --redis URL)".into());
+        }
+        Ok(())
+    }
+
+    /// A human summary for the start-up banner: listeners, store and every policy.
+    pub fn summary(&self) -> String {
+        use std::fmt::Write;
+        let mut out = String::new();
+        let _ = writeln!(out, "store: {}", self.store.describe());
+        for p in &self.policies {
+            let _ = writeln!(out, "policy {}", describe_policy(p));
+        }
+        for r in &self.routes {
+            let methods = match &r.methods {
+                Some(m) => m.join(","),
+                None => "*".to_owned(),
+            };
+            let _ = writeln!(
+                out,
+                "route {} {} key={} policies=[{}]",
+                methods,
+                r.path,
+                r.key,
+                r.policies.join(", ")
+            );
+        }
+        out
+    }
+}
+
+impl StoreConfig {
+    /// `memory (max_keys 1000000)`, `redis redis://… (prefix sluicegate, timeout 50ms)`.
+    pub fn describe(&self) -> String {
+        match self.backend {
+            Backend::Memory => format!("memory (max_keys {})", self.max_keys),
+            Backend::Redis => {
+                let target = match &self.url {
+                    Some(url) if self.cluster.is_empty() => redact(url),
+                    _ => format!(
+                        "cluster [{}]",
+                        self.cluster
+                            .iter()
+                            .map(|u| redact(u))
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ),
+                };
+                format!(
+                    "redis {target} (key_prefix {}, timeout {})",
+                    self.key_prefix,
+                    humantime::format_duration(self.timeout)
+                )
+            }
+        }
+    }
+}
+
+/// Hides a password in a Redis URL before it is printed or logged.
+pub fn redact(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => {
+            format!("{}://***@{}", &url[..scheme], &url[at + 1..])
+        }
+        _ => url.to_owned(),
+    }
+}
+
+/// `auth: token_bucket 10/1m burst 10 mode reject on_store_error allow`.
+pub fn describe_policy(p: &Policy) -> String {
+    let mut text = format!(
+        "{}: {} {}/{}",
+        p.name(),
+        p.algorithm(),
+        p.limit(),
+        humantime::format_duration(p.period_duration())
+    );
+    if p.algorithm().uses_burst() {
+        text.push_str(&format!(" burst {}", p.burst()));
+    }
+    text.push_str(&format!(" mode {}", p.mode().name()));
+    if p.mode() == sluicegate_core::Mode::Delay {
+        text.push_str(&format!(
+            " max_delay {}",
+            humantime::format_duration(Duration::from_micros(p.max_delay()))
+        ));
+    }
+    let on_error = match p.on_store_error() {
+        sluicegate_core::OnStoreError::Allow => "allow",
+        sluicegate_core::OnStoreError::Deny => "deny",
+    };
+    text.push_str(&format!(" on_store_error {on_error}"));
+    text
+}
+
+pub use parse::parse_upstream;
+
+/// Parses and validates configuration text; `path` only labels the errors.
+pub fn load(text: &str, path: &Path) -> Result<Config, Diagnostics> {
+    parse::parse(text, path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn embedded_default_is_the_contracts() {
+        let config = Config::embedded();
+        assert_eq!(config.server.listen.to_string(), "127.0.0.1:8080");
+        assert_eq!(config.store.backend, Backend::Memory);
+        let p = config.policy("default").unwrap();
+        assert_eq!(p.algorithm(), sluicegate_core::AlgorithmKind::TokenBucket);
+        assert_eq!((p.limit(), p.burst()), (60, 60));
+        assert_eq!(p.period_duration(), Duration::from_secs(60));
+        assert_eq!(config.routes[0].path, "/");
+        assert_eq!(config.routes[0].key, sluicegate_middleware::KeySpec::Ip);
+    }
+
+    #[test]
+    fn every_error_is_reported_with_its_place() {
+        let text = "[server]\nlisten = \"nope\"\nbogus = 1\n\n[[policies]]\nname = \"a\"\nalgorithm = \"sliding_log\"\nlimit = 0\nperiod = \"1x\"\nmode = \"delay\"\n\n[[routes]]\npath = \"/\"\npolicies = [\"b\"]\n";
+        let diags = load(text, Path::new("t.toml")).unwrap_err();
+        let places: Vec<(usize, usize)> = diags.errors.iter().map(|d| (d.line, d.column)).collect();
+        assert_eq!(
+            places,
+            vec![(2, 10), (3, 1), (8, 9), (9, 10), (10, 8), (14, 13)]
+        );
+        assert!(
+            diags
+                .to_string()
+                .starts_with("t.toml:2:10: error: invalid listen address")
+        );
+    }
+
+    #[test]
+    fn flags_override_the_file() {
+        let mut config = Config::embedded();
+        config
+            .apply(&Overrides {
+                listen: Some("127.0.0.1:9999".parse().unwrap()),
+                redis: Some("redis://127.0.0.1:6390".into()),
+                upstream: Some("http://127.0.0.1:3000".parse().unwrap()),
+                ..Overrides::default()
+            })
+            .unwrap();
+        assert_eq!(config.server.listen.port(), 9999);
+        assert_eq!(config.store.backend, Backend::Redis);
+        assert_eq!(
+            config.gateway.unwrap().listen.to_string(),
+            DEFAULT_GATEWAY_LISTEN
+        );
+        let mut config = Config::embedded();
+        let only_listen = Overrides {
+            gateway_listen: Some("127.0.0.1:1".parse().unwrap()),
+            ..Overrides::default()
+        };
+        assert!(config.apply(&only_listen).is_err());
+    }
+
+    #[test]
+    fn passwords_are_redacted() {
+        assert_eq!(
+            redact("redis://:s3cret@host:6379/0"),
+            "redis://***@host:6379/0"
+        );
+        assert_eq!(redact("redis://host:6379"), "redis://host:6379");
+    }
+}

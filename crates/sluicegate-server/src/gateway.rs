@@ -1,0 +1,216 @@
+//! The gateway: a streaming reverse proxy in front of one upstream. Requests matching a
+//! route are decided by the rate-limit engine (rejected with the contract's 429, delayed,
+//! or forwarded with the rate-limit headers); everything else is forwarded untouched.
+//!
+//! Bodies stream both ways (nothing is buffered); hop-by-hop headers are removed in both
+//! directions (RFC 9110 §7.6.1); `X-Forwarded-For` gets the peer appended and
+//! `X-Forwarded-Proto`/`X-Forwarded-Host` are set; the client's `Host` is passed on.
+//! An unreachable upstream answers 502 with a JSON error.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::{ConnectInfo, Request, State};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, Uri, header};
+use axum::response::{IntoResponse, Response};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use tokio::net::TcpListener;
+
+use crate::api::ApiError;
+use crate::state::AppState;
+
+/// How long connecting to the upstream may take before the gateway answers 502.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+#[derive(Clone)]
+struct Gateway {
+    state: AppState,
+    client: Client<HttpConnector, Body>,
+}
+
+/// Serves the gateway on `listener` until `shutdown` resolves, then drains.
+pub async fn run(
+    listener: TcpListener,
+    state: AppState,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> Result<(), String> {
+    let mut connector = HttpConnector::new();
+    connector.set_connect_timeout(Some(CONNECT_TIMEOUT));
+    connector.set_nodelay(true);
+    let client = Client::builder(TokioExecutor::new())
+        .pool_idle_timeout(Duration::from_secs(30))
+        .build(connector);
+    let app = Router::new()
+        .fallback(proxy)
+        .with_state(Gateway { state, client });
+    axum::serve(
+        listener,
+        app.into_make_service_with_connect_info::<SocketAddr>(),
+    )
+    .with_graceful_shutdown(shutdown)
+    .await
+    .map_err(|e| format!("gateway: {e}"))
+}
+
+async fn proxy(
+    State(gateway): State<Gateway>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    request: Request,
+) -> Response {
+    let runtime = gateway.state.runtime();
+    let Some(upstream) = runtime.config.gateway.as_ref().map(|g| g.upstream.clone()) else {
+        return bad_gateway("no upstream configured");
+    };
+    let decision = runtime
+        .limiter
+        .check(
+            request.method(),
+            request.uri().path(),
+            request.headers(),
+            peer.ip(),
+        )
+        .await;
+    if let Some(decision) = &decision {
+        if !decision.is_allowed() {
+            return decision.rejection().map(Body::new);
+        }
+        decision.wait().await;
+    }
+    let (mut parts, body) = request.into_parts();
+    parts.uri = match upstream_uri(&upstream, &parts.uri) {
+        Ok(uri) => uri,
+        Err(e) => return e.into_response(),
+    };
+    let host = parts.headers.get(header::HOST).cloned();
+    strip_hop_by_hop(&mut parts.headers);
+    forwarded_headers(&mut parts.headers, peer, host);
+    // The client speaks HTTP/1.1 or 2 to us; the upstream connection is HTTP/1.1.
+    parts.version = axum::http::Version::HTTP_11;
+    let upstream_request = axum::http::Request::from_parts(parts, body);
+    let response = match gateway.client.request(upstream_request).await {
+        Ok(response) => response,
+        Err(e) => {
+            tracing::warn!(upstream = %upstream, error = %e, "upstream request failed");
+            return bad_gateway(&format!("the upstream {upstream} did not answer: {e}"));
+        }
+    };
+    let (mut parts, body) = response.into_parts();
+    strip_hop_by_hop(&mut parts.headers);
+    if let Some(decision) = &decision {
+        decision.write_headers(&mut parts.headers);
+    }
+    Response::from_parts(parts, Body::new(body))
+}
+
+/// The upstream's scheme and authority, its base path, then the request's path and query.
+fn upstream_uri(upstream: &Uri, request: &Uri) -> Result<Uri, ApiError> {
+    let base = upstream.path().trim_end_matches('/');
+    let path_and_query = request.path_and_query().map_or("/", |pq| pq.as_str());
+    let mut builder = Uri::builder();
+    if let Some(scheme) = upstream.scheme() {
+        builder = builder.scheme(scheme.clone());
+    }
+    if let Some(authority) = upstream.authority() {
+        builder = builder.authority(authority.clone());
+    }
+    builder
+        .path_and_query(format!("{base}{path_and_query}"))
+        .build()
+        .map_err(|e| ApiError::invalid(format!("cannot forward this URI: {e}")))
+}
+
+/// Connection-specific headers (RFC 9110 §7.6.1), and those the `Connection` header names.
+fn strip_hop_by_hop(headers: &mut HeaderMap) {
+    let named: Vec<HeaderName> = headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .filter_map(|name| HeaderName::from_bytes(name.trim().as_bytes()).ok())
+        .collect();
+    for name in named {
+        headers.remove(name);
+    }
+    for name in [
+        header::CONNECTION,
+        HeaderName::from_static("keep-alive"),
+        HeaderName::from_static("proxy-connection"),
+        header::PROXY_AUTHENTICATE,
+        header::PROXY_AUTHORIZATION,
+        header::TE,
+        header::TRAILER,
+        header::TRANSFER_ENCODING,
+        header::UPGRADE,
+    ] {
+        headers.remove(name);
+    }
+}
+
+fn forwarded_headers(headers: &mut HeaderMap, peer: SocketAddr, host: Option<HeaderValue>) {
+    let ip = peer.ip().to_string();
+    let xff = match headers.get("x-forwarded-for").and_then(|v| v.to_str().ok()) {
+        Some(previous) if !previous.trim().is_empty() => format!("{previous}, {ip}"),
+        _ => ip,
+    };
+    if let Ok(value) = HeaderValue::from_str(&xff) {
+        headers.insert("x-forwarded-for", value);
+    }
+    headers.insert("x-forwarded-proto", HeaderValue::from_static("http"));
+    if let Some(host) = host {
+        headers.insert("x-forwarded-host", host);
+    }
+}
+
+fn bad_gateway(message: &str) -> Response {
+    ApiError::new(StatusCode::BAD_GATEWAY, "bad_gateway", message).into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn upstream_uri_keeps_path_and_query() {
+        let up: Uri = "http://127.0.0.1:3000".parse().unwrap();
+        let req: Uri = "/api/x?a=1&b=%20".parse().unwrap();
+        assert_eq!(
+            upstream_uri(&up, &req).unwrap().to_string(),
+            "http://127.0.0.1:3000/api/x?a=1&b=%20"
+        );
+        let based: Uri = "http://h:1/base/".parse().unwrap();
+        assert_eq!(
+            upstream_uri(&based, &req).unwrap().to_string(),
+            "http://h:1/base/api/x?a=1&b=%20"
+        );
+    }
+
+    #[test]
+    fn hop_by_hop_headers_go() {
+        let mut h = HeaderMap::new();
+        h.insert(
+            header::CONNECTION,
+            HeaderValue::from_static("close, x-secret"),
+        );
+        h.insert("x-secret", HeaderValue::from_static("1"));
+        h.insert(
+            header::TRANSFER_ENCODING,
+            HeaderValue::from_static("chunked"),
+        );
+        h.insert("x-kept", HeaderValue::from_static("1"));
+        strip_hop_by_hop(&mut h);
+        assert_eq!(h.len(), 1);
+        assert!(h.contains_key("x-kept"));
+    }
+
+    #[test]
+    fn forwarded_for_is_appended() {
+        let mut h = HeaderMap::new();
+        h.insert("x-forwarded-for", HeaderValue::from_static("203.0.113.9"));
+        forwarded_headers(&mut h, "192.0.2.1:5000".parse().unwrap(), None);
+        assert_eq!(h["x-forwarded-for"], "203.0.113.9, 192.0.2.1");
+    }
+}

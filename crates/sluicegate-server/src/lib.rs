@@ -1,0 +1,29 @@
+//! The `sluicegate` server: configuration, the HTTP decision API, forward-auth for
+//! nginx/Traefik/Caddy, a rate-limiting reverse proxy (the gateway), Prometheus metrics and
+//! hot reload, around the stores of `sluicegate-core` and `sluicegate-redis`.
+//!
+//! It is the product's process, not a library to embed: applications that want limiting
+//! inside their own service use `sluicegate-middleware` directly.
+//!
+//! Map of the crate:
+//! - [`cli`]: the command line (`serve`, `validate`, `simulate`);
+//! - [`config`]: the TOML model and its validation (every error with line and column);
+//! - [`state`]: the shared [`state::AppState`] and the swappable [`state::Runtime`];
+//! - [`app`]: the axum router of the decision API; [`api`]: its handlers;
+//! - [`forward_auth`], [`gateway`]: the two ways in for an existing proxy or none;
+//! - [`serve`]: listeners, signals, graceful shutdown; [`reload`]: the config watcher;
+//! - [`metrics`]: Prometheus; [`envoy`]: the Envoy rate limit service hook.
+
+pub mod api;
+pub mod app;
+pub mod cli;
+pub mod config;
+pub mod envoy;
+pub mod forward_auth;
+pub mod gateway;
+pub mod metrics;
+pub mod reload;
+pub mod serve;
+pub mod simulate;
+pub mod state;
+pub mod store;

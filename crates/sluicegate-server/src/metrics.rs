@@ -1,0 +1,64 @@
+//! Prometheus metrics with the contract's names, rendered on `GET /metrics`.
+
+use std::sync::{Arc, OnceLock};
+
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+use sluicegate_core::{Store, VerdictObserver};
+use sluicegate_middleware::MetricsObserver;
+
+/// `sluicegate_decisions_total{policy, outcome}`.
+pub const DECISIONS_TOTAL: &str = sluicegate_middleware::metrics::DECISIONS_TOTAL;
+/// `sluicegate_store_duration_seconds` (histogram).
+pub const STORE_DURATION: &str = "sluicegate_store_duration_seconds";
+/// `sluicegate_store_errors_total`.
+pub const STORE_ERRORS: &str = "sluicegate_store_errors_total";
+/// `sluicegate_tracked_keys` (memory store).
+pub const TRACKED_KEYS: &str = "sluicegate_tracked_keys";
+
+static HANDLE: OnceLock<Option<PrometheusHandle>> = OnceLock::new();
+
+/// Installs the process-wide Prometheus recorder (once); `None` if another recorder won.
+pub fn install() -> Option<PrometheusHandle> {
+    HANDLE
+        .get_or_init(|| {
+            let builder = PrometheusBuilder::new()
+                .set_buckets_for_metric(
+                    Matcher::Full(STORE_DURATION.to_owned()),
+                    &[
+                        0.00001, 0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01,
+                        0.025, 0.05, 0.1, 0.25, 1.0,
+                    ],
+                )
+                .ok()?;
+            let handle = builder.install_recorder().ok()?;
+            metrics::describe_counter!(DECISIONS_TOTAL, "Decided requests by policy and outcome");
+            metrics::describe_histogram!(
+                STORE_DURATION,
+                metrics::Unit::Seconds,
+                "Time of one store call"
+            );
+            metrics::describe_counter!(STORE_ERRORS, "Store calls that failed or timed out");
+            metrics::describe_gauge!(TRACKED_KEYS, "Keys tracked by the in-memory store");
+            metrics::counter!(STORE_ERRORS).absolute(0);
+            Some(handle)
+        })
+        .clone()
+}
+
+/// Renders the exposition text, refreshing the tracked-keys gauge first.
+pub fn render(store: &dyn Store) -> String {
+    if let Some(keys) = store.tracked_keys() {
+        metrics::gauge!(TRACKED_KEYS).set(keys as f64);
+    }
+    match HANDLE.get() {
+        Some(Some(handle)) => handle.render(),
+        _ => String::new(),
+    }
+}
+
+/// The observer the server installs: decision metrics, plus whatever else is wired in
+/// (the dashboard adds its own here).
+pub fn observers() -> Arc<dyn VerdictObserver> {
+    let list: Vec<Arc<dyn VerdictObserver>> = vec![Arc::new(MetricsObserver)];
+    Arc::new(list)
+}

@@ -1,0 +1,168 @@
+//! Hot reload: the config file is re-read when it changes, also when it is replaced by a
+//! rename or when a symlink on its path is swapped (Kubernetes ConfigMaps swap a `..data`
+//! symlink in the file's directory). The watcher listens to the whole parent directory and
+//! every event leads to a re-read that compares the content hash; a periodic re-read covers
+//! file systems where notifications do not arrive.
+//!
+//! A valid new file is applied atomically; limits whose policy is unchanged keep their state.
+//! An invalid one is logged with every error and the running configuration stays.
+
+use std::hash::{DefaultHasher, Hash, Hasher};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use notify::{RecursiveMode, Watcher};
+use tokio::sync::{mpsc, watch};
+
+use crate::config::{Config, Overrides};
+use crate::state::AppState;
+
+/// How often the file is re-read even without a notification.
+pub const POLL_INTERVAL: Duration = Duration::from_secs(2);
+
+/// Events within this window are handled as one (editors write in several steps).
+const DEBOUNCE: Duration = Duration::from_millis(100);
+
+/// Starts watching `path`; runs until `stop` turns true.
+/// `loaded` is the hash of the text the running configuration came from.
+pub fn spawn(
+    path: PathBuf,
+    loaded: Option<u64>,
+    overrides: Overrides,
+    state: AppState,
+    stop: watch::Receiver<bool>,
+) {
+    // The watch is set up before returning, so no change after start-up is missed.
+    let (tx, rx) = mpsc::channel::<()>(1);
+    let watcher = watch_dir(&path, tx);
+    tokio::spawn(watch_loop(
+        path, loaded, watcher, rx, overrides, state, stop,
+    ));
+}
+
+async fn watch_loop(
+    path: PathBuf,
+    loaded: Option<u64>,
+    watcher: Option<notify::RecommendedWatcher>,
+    mut rx: mpsc::Receiver<()>,
+    overrides: Overrides,
+    state: AppState,
+    stop: watch::Receiver<bool>,
+) {
+    let stopped = crate::serve::stopped(stop);
+    tokio::pin!(stopped);
+    if watcher.is_none() {
+        tracing::warn!(path = %path.display(), "file notifications unavailable; polling every {:?}", POLL_INTERVAL);
+    }
+    let mut last = loaded;
+    let mut poll = tokio::time::interval(POLL_INTERVAL);
+    poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            () = &mut stopped => break,
+            Some(()) = rx.recv() => {
+                tokio::time::sleep(DEBOUNCE).await;
+                while rx.try_recv().is_ok() {}
+            }
+            _ = poll.tick() => {}
+        }
+        let Some(text) = read(&path) else {
+            // Mid-swap, or deleted: keep running on the current config.
+            continue;
+        };
+        let h = hash(&text);
+        if last == Some(h) {
+            continue;
+        }
+        last = Some(h);
+        reload(&path, &text, &overrides, &state);
+    }
+    drop(watcher);
+}
+
+/// Validates and applies a new file's text; logs and keeps the old config on error.
+pub fn reload(path: &Path, text: &str, overrides: &Overrides, state: &AppState) -> bool {
+    let mut config = match crate::config::load(text, path) {
+        Ok(config) => config,
+        Err(diags) => {
+            for line in diags.to_string().lines() {
+                tracing::error!("{line}");
+            }
+            tracing::error!(path = %path.display(), "configuration not reloaded: {} error(s); the running configuration stays", diags.errors.len());
+            return false;
+        }
+    };
+    if let Err(e) = config.apply(overrides) {
+        tracing::error!(path = %path.display(), "configuration not reloaded: {e}; the running configuration stays");
+        return false;
+    }
+    let running = state.runtime();
+    keep_restart_only(&running.config, &mut config);
+    let policies = config.policies.len();
+    let routes = config.routes.len();
+    if let Err(e) = state.apply(config) {
+        tracing::error!(path = %path.display(), "configuration not reloaded: {e}; the running configuration stays");
+        return false;
+    }
+    tracing::info!(path = %path.display(), policies, routes, "configuration reloaded");
+    true
+}
+
+/// Listeners and the store cannot change without a restart: keep the running ones, say so.
+fn keep_restart_only(running: &Config, new: &mut Config) {
+    if new.server.listen != running.server.listen {
+        tracing::warn!("server.listen changed; it applies after a restart");
+        new.server.listen = running.server.listen;
+    }
+    if new.store != running.store {
+        tracing::warn!("[store] changed; it applies after a restart");
+        new.store = running.store.clone();
+    }
+    let listen = |c: &Config| c.gateway.as_ref().map(|g| g.listen);
+    if listen(new) != listen(running) {
+        tracing::warn!("[gateway] listen changed; it applies after a restart");
+        match (&mut new.gateway, &running.gateway) {
+            (Some(n), Some(r)) => n.listen = r.listen,
+            (n, r) => *n = r.clone(),
+        }
+    }
+    if new.envoy != running.envoy {
+        tracing::warn!("[envoy] changed; it applies after a restart");
+        new.envoy = running.envoy.clone();
+    }
+}
+
+fn watch_dir(path: &Path, tx: mpsc::Sender<()>) -> Option<notify::RecommendedWatcher> {
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d.to_owned(),
+        _ => PathBuf::from("."),
+    };
+    let mut watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
+        if event.is_ok() {
+            // A full channel means a re-read is already pending.
+            let _ = tx.try_send(());
+        }
+    })
+    .ok()?;
+    watcher.watch(&dir, RecursiveMode::NonRecursive).ok()?;
+    // A symlinked file may point into another directory (ConfigMaps: `..data/…`); watching
+    // the link's own directory sees the swap, watching the target's sees in-place edits.
+    if let Ok(target) = std::fs::canonicalize(path)
+        && let Some(target_dir) = target.parent()
+        && target_dir != dir
+    {
+        let _ = watcher.watch(target_dir, RecursiveMode::NonRecursive);
+    }
+    Some(watcher)
+}
+
+fn read(path: &Path) -> Option<String> {
+    std::fs::read_to_string(path).ok()
+}
+
+/// The content hash that tells a real change from a touch.
+pub fn hash(text: &str) -> u64 {
+    let mut h = DefaultHasher::new();
+    text.hash(&mut h);
+    h.finish()
+}

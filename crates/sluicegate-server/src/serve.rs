@@ -1,0 +1,214 @@
+//! `sluicegate serve`: opens the store, binds the listeners, prints what runs where, serves
+//! until SIGTERM/SIGINT, then drains in-flight requests and exits 0.
+
+use std::net::SocketAddr;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+use crate::cli::ServeArgs;
+use crate::config::{Config, Overrides};
+use crate::state::AppState;
+
+/// How long in-flight requests get to finish after a shutdown signal.
+pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Runs the server; the exit code is 0 after a clean shutdown.
+pub async fn run(args: ServeArgs) -> ExitCode {
+    let overrides = args.overrides();
+    let (config, loaded_hash) = match load(args.config.as_deref(), &overrides) {
+        Ok(loaded) => loaded,
+        Err(message) => {
+            eprintln!("{message}");
+            eprintln!("sluicegate: refusing to start");
+            return ExitCode::FAILURE;
+        }
+    };
+    match serve(config, loaded_hash, args, overrides).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(message) => {
+            eprintln!("sluicegate: {message}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The file (or the embedded default) with the flags applied, and the hash of the text
+/// that was loaded (the reload watcher's starting point).
+pub fn load(
+    path: Option<&std::path::Path>,
+    overrides: &Overrides,
+) -> Result<(Config, Option<u64>), String> {
+    let (mut config, hash) = match path {
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| format!("{}: error: cannot read it: {e}", path.display()))?;
+            let config = crate::config::load(&text, path).map_err(|d| d.to_string())?;
+            (config, Some(crate::reload::hash(&text)))
+        }
+        None => (Config::embedded(), None),
+    };
+    config.apply(overrides)?;
+    Ok((config, hash))
+}
+
+async fn serve(
+    config: Config,
+    loaded_hash: Option<u64>,
+    args: ServeArgs,
+    overrides: Overrides,
+) -> Result<(), String> {
+    crate::metrics::install();
+    let opened = crate::store::open(&config.store).await?;
+    // The dashboard sees every verdict next to the metrics, and probes the same store.
+    let dashboard = Arc::new(sluicegate_dashboard::DashboardObserver::default());
+    let observer: Arc<dyn sluicegate_core::VerdictObserver> = Arc::new(vec![
+        crate::metrics::observers(),
+        Arc::clone(&dashboard) as Arc<dyn sluicegate_core::VerdictObserver>,
+    ]);
+    let state = AppState::new(config.clone(), opened.store, opened.memory, observer)?;
+
+    let api = bind(config.server.listen, "API").await?;
+    let gateway = match &config.gateway {
+        Some(g) => Some((bind(g.listen, "gateway").await?, g.clone())),
+        None => None,
+    };
+
+    let signal = shutdown_signal();
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let mut tasks = tokio::task::JoinSet::new();
+
+    let api_addr = local(&api);
+    println!("sluicegate {} listening:", env!("CARGO_PKG_VERSION"));
+    println!("  api http://{api_addr}");
+    println!("  dashboard http://{api_addr}/dashboard");
+    let app = crate::app::router(state.clone()).merge(sluicegate_dashboard::router(
+        sluicegate_dashboard::Dashboard::new(dashboard).with_probe(Arc::clone(&state.store)),
+    ));
+    tasks.spawn({
+        let stop = stopped(stop_rx.clone());
+        async move {
+            axum::serve(api, app.into_make_service_with_connect_info::<SocketAddr>())
+                .with_graceful_shutdown(stop)
+                .await
+                .map_err(|e| format!("API server: {e}"))
+        }
+    });
+    if let Some((listener, gateway)) = gateway {
+        println!(
+            "  gateway http://{} -> {}",
+            local(&listener),
+            gateway.upstream
+        );
+        tasks.spawn(crate::gateway::run(
+            listener,
+            state.clone(),
+            stopped(stop_rx.clone()),
+        ));
+    }
+    if let Some(envoy) = config.envoy.clone()
+        && let Some(addr) = envoy.listen
+    {
+        println!("  envoy grpc://{addr}");
+        tasks.spawn(crate::envoy::run(
+            addr,
+            envoy,
+            state.clone(),
+            stopped(stop_rx.clone()),
+        ));
+    }
+    if let Some(path) = args.config.clone() {
+        crate::reload::spawn(path, loaded_hash, overrides, state.clone(), stop_rx.clone());
+    }
+    print!("{}", config.summary());
+    if let Some(path) = &args.config {
+        println!("watching {} for changes", path.display());
+    }
+    println!("ready");
+    use std::io::Write;
+    let _ = std::io::stdout().flush();
+
+    let mut failure = None;
+    tokio::select! {
+        () = signal => {
+            tracing::info!("shutting down: draining in-flight requests");
+        }
+        Some(done) = tasks.join_next() => {
+            // A listener ended on its own: that is a failure, stop the rest.
+            failure = Some(match done {
+                Ok(Ok(())) => "a listener stopped unexpectedly".to_owned(),
+                Ok(Err(e)) => e,
+                Err(e) => format!("a listener panicked: {e}"),
+            });
+        }
+    }
+    let _ = stop_tx.send(true);
+    let drain = async {
+        while let Some(done) = tasks.join_next().await {
+            if let Ok(Err(e)) = done {
+                tracing::warn!(error = %e, "listener ended with an error");
+            }
+        }
+    };
+    if tokio::time::timeout(DRAIN_TIMEOUT, drain).await.is_err() {
+        tracing::warn!("drain timed out; exiting with requests in flight");
+    }
+    match failure {
+        Some(e) => Err(e),
+        None => {
+            tracing::info!("stopped");
+            Ok(())
+        }
+    }
+}
+
+async fn bind(addr: SocketAddr, what: &str) -> Result<TcpListener, String> {
+    TcpListener::bind(addr)
+        .await
+        .map_err(|e| format!("cannot listen on {addr} ({what}): {e}"))
+}
+
+fn local(listener: &TcpListener) -> String {
+    listener
+        .local_addr()
+        .map(|a| a.to_string())
+        .unwrap_or_else(|_| "?".to_owned())
+}
+
+/// Resolves once `stop` turns true (or its sender is gone).
+pub async fn stopped(mut stop: watch::Receiver<bool>) {
+    let _ = stop.wait_for(|s| *s).await;
+}
+
+/// SIGINT (Ctrl-C) or SIGTERM. The handlers are installed at once (before the banner
+/// says the server is ready), so an early signal is not lost to the default action.
+fn shutdown_signal() -> impl std::future::Future<Output = ()> + Send + 'static {
+    #[cfg(unix)]
+    let term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+    #[cfg(unix)]
+    let int = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt()).ok();
+    async move {
+        #[cfg(unix)]
+        {
+            let wait = |s: Option<tokio::signal::unix::Signal>| async move {
+                match s {
+                    Some(mut s) => {
+                        s.recv().await;
+                    }
+                    None => std::future::pending::<()>().await,
+                }
+            };
+            tokio::select! {
+                () = wait(term) => {}
+                () = wait(int) => {}
+            }
+        }
+        #[cfg(not(unix))]
+        {
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    }
+}

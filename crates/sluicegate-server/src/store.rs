@@ -1,0 +1,120 @@
+//! Opening the store the configuration names.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use sluicegate_core::{BoxFuture, CheckRequest, MemoryStore, Policy, Store, StoreError, Verdict};
+use sluicegate_redis::{RedisConfig, RedisStore};
+
+use crate::config::{Backend, StoreConfig};
+use crate::metrics::{STORE_DURATION, STORE_ERRORS};
+
+/// An opened store; `memory` is set for the in-memory one (reloads prune it).
+pub struct OpenedStore {
+    /// The store every decision goes to.
+    pub store: Arc<dyn Store>,
+    /// The same store, typed, when it is in memory.
+    pub memory: Option<Arc<MemoryStore>>,
+}
+
+/// Opens the configured store. A Redis that is merely down is not an error: decisions
+/// follow `on_store_error` until it answers.
+pub async fn open(config: &StoreConfig) -> Result<OpenedStore, String> {
+    match config.backend {
+        Backend::Memory => {
+            let memory = Arc::new(MemoryStore::new(config.max_keys));
+            Ok(OpenedStore {
+                store: Arc::new(Timed(Arc::clone(&memory))),
+                memory: Some(memory),
+            })
+        }
+        Backend::Redis => {
+            let mut redis = match (&config.url, config.cluster.is_empty()) {
+                (_, false) => RedisConfig::cluster(config.cluster.clone()),
+                (Some(url), true) => RedisConfig::standalone(url.clone()),
+                (None, true) => {
+                    return Err("[store] backend = \"redis\" needs url or cluster".into());
+                }
+            };
+            redis.key_prefix = config.key_prefix.clone();
+            redis.timeout = config.timeout;
+            // The Redis store times its own calls (with the same metric names).
+            let store = RedisStore::connect(redis)
+                .await
+                .map_err(|e| format!("Redis store: {e}"))?;
+            Ok(OpenedStore {
+                store: Arc::new(store),
+                memory: None,
+            })
+        }
+    }
+}
+
+/// Records `sluicegate_store_duration_seconds` and `sluicegate_store_errors_total` around a
+/// store that does not record them itself (the in-memory one).
+struct Timed<S>(S);
+
+impl<S: Store> Timed<S> {
+    fn record<T>(&self, started: Instant, result: &Result<T, StoreError>) {
+        metrics::histogram!(STORE_DURATION, "store" => self.0.kind())
+            .record(started.elapsed().as_secs_f64());
+        if let Err(e) = result
+            && !e.is_bad_request()
+        {
+            metrics::counter!(STORE_ERRORS, "store" => self.0.kind()).increment(1);
+        }
+    }
+}
+
+impl<S: Store> Store for Timed<S> {
+    fn check<'a>(
+        &'a self,
+        request: CheckRequest<'a>,
+    ) -> BoxFuture<'a, Result<Verdict, StoreError>> {
+        Box::pin(async move {
+            let started = Instant::now();
+            let result = self.0.check(request).await;
+            self.record(started, &result);
+            result
+        })
+    }
+    fn check_batch<'a>(
+        &'a self,
+        requests: &'a [CheckRequest<'a>],
+    ) -> BoxFuture<'a, Vec<Result<Verdict, StoreError>>> {
+        Box::pin(async move {
+            let started = Instant::now();
+            let results = self.0.check_batch(requests).await;
+            let failed = match results.iter().find_map(|r| r.as_ref().err()) {
+                Some(e) => Err(e.clone()),
+                None => Ok(()),
+            };
+            self.record(started, &failed);
+            results
+        })
+    }
+    fn refund<'a>(
+        &'a self,
+        policies: &'a [Arc<Policy>],
+        key: &'a str,
+        cost: u64,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        self.0.refund(policies, key, cost)
+    }
+    fn reset<'a>(
+        &'a self,
+        policy: &'a Policy,
+        key: &'a str,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        self.0.reset(policy, key)
+    }
+    fn ping(&self) -> BoxFuture<'_, Result<(), StoreError>> {
+        self.0.ping()
+    }
+    fn tracked_keys(&self) -> Option<u64> {
+        self.0.tracked_keys()
+    }
+    fn kind(&self) -> &'static str {
+        self.0.kind()
+    }
+}

@@ -1,0 +1,77 @@
+//! The embedded default, end to end: no config file, 60 requests a minute per client IP.
+
+mod common;
+
+use common::Server;
+use serde_json::Value;
+
+#[tokio::test]
+async fn the_61st_request_in_a_minute_from_one_ip_is_denied() {
+    let server = Server::start(&[]);
+    assert!(server.banner.contains("store: memory"), "{}", server.banner);
+    assert!(
+        server
+            .banner
+            .contains("policy default: token_bucket 60/1m burst 60"),
+        "{}",
+        server.banner
+    );
+    let client = reqwest::Client::new();
+    let url = server.url("/v1/forward-auth");
+    for i in 1..=60u64 {
+        let r = client
+            .get(&url)
+            .header("X-Original-URI", "/anything?x=1")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200, "request {i}");
+        assert_eq!(r.headers()["ratelimit-limit"], "60");
+        assert_eq!(
+            r.headers()["ratelimit-remaining"],
+            (60 - i).to_string().as_str()
+        );
+    }
+    let denied = client
+        .get(&url)
+        .header("X-Original-URI", "/other")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(denied.status(), 429);
+    let h = denied.headers().clone();
+    assert_eq!(h["content-type"], "application/json");
+    let retry: u64 = h["retry-after"].to_str().unwrap().parse().unwrap();
+    assert!(retry >= 1, "Retry-After {retry}");
+    assert_eq!(h["ratelimit-remaining"], "0");
+    assert_eq!(h["ratelimit-policy"], r#""default";q=60;w=60"#);
+    let body: Value = denied.json().await.unwrap();
+    assert_eq!(body["error"], "rate_limit_exceeded");
+    assert_eq!(body["policy"], "default");
+    assert_eq!(body["retry_after_seconds"], retry);
+    assert!(body["message"].as_str().unwrap().contains("default"));
+
+    // The decision API on the same policy, for another key, is unaffected.
+    let r: Value = client
+        .post(server.url("/v1/check"))
+        .json(&serde_json::json!({"policy": "default", "key": "203.0.113.7"}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(r["allowed"], true);
+    assert_eq!(r["remaining"], 59);
+}
+
+#[tokio::test]
+async fn sigterm_drains_and_exits_zero() {
+    let server = Server::start(&[]);
+    let r = reqwest::get(server.url("/healthz")).await.unwrap();
+    assert_eq!(r.status(), 200);
+    let status = tokio::task::spawn_blocking(move || server.terminate())
+        .await
+        .unwrap();
+    assert!(status.success(), "exit status {status}");
+}

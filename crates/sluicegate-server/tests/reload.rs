@@ -1,0 +1,131 @@
+//! Hot reload: edits, broken files, rename-onto and symlink swaps (Kubernetes ConfigMaps).
+
+mod common;
+
+use std::path::Path;
+
+use common::{Server, eventually, write};
+use reqwest::Client;
+use serde_json::{Value, json};
+
+fn config(limit: u64) -> String {
+    format!(
+        r#"
+[[policies]]
+name = "changing"
+algorithm = "fixed_window"
+limit = {limit}
+period = "1h"
+
+[[policies]]
+name = "kept"
+algorithm = "fixed_window"
+limit = 10
+period = "1h"
+"#
+    )
+}
+
+async fn limit_of(client: &Client, server: &Server, policy: &str) -> Option<u64> {
+    let v: Value = client
+        .get(server.url("/v1/policies"))
+        .send()
+        .await
+        .ok()?
+        .json()
+        .await
+        .ok()?;
+    v["policies"]
+        .as_array()?
+        .iter()
+        .find(|p| p["name"] == policy)?["limit"]
+        .as_u64()
+}
+
+async fn check(client: &Client, server: &Server, policy: &str, cost: u64) -> Value {
+    client
+        .post(server.url("/v1/check"))
+        .json(&json!({"policy": policy, "key": "client", "cost": cost}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn edits_apply_broken_files_are_ignored_and_renames_are_seen() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write(dir.path(), "sluicegate.toml", &config(2));
+    let server = Server::start(&["--config", path.to_str().unwrap()]);
+    let client = Client::new();
+    assert_eq!(limit_of(&client, &server, "changing").await, Some(2));
+    assert_eq!(check(&client, &server, "kept", 3).await["remaining"], 7);
+
+    // An edit in place applies; the unchanged policy keeps its count.
+    std::fs::write(&path, config(5)).unwrap();
+    eventually("limit 5 applied", || async {
+        limit_of(&client, &server, "changing").await == Some(5)
+    })
+    .await;
+    assert_eq!(check(&client, &server, "kept", 0).await["remaining"], 7);
+    assert_eq!(check(&client, &server, "changing", 1).await["remaining"], 4);
+
+    // A broken edit is logged; the running configuration stays.
+    std::fs::write(&path, config(0)).unwrap();
+    let mut log = String::new();
+    for _ in 0..200 {
+        log = server.log();
+        if log.contains("configuration not reloaded") {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert!(log.contains("limit must be at least 1"), "{log}");
+    assert!(log.contains("configuration not reloaded"), "{log}");
+    assert_eq!(limit_of(&client, &server, "changing").await, Some(5));
+    assert_eq!(check(&client, &server, "kept", 0).await["remaining"], 7);
+
+    // A new file renamed onto the path (what editors and config tools do) is seen.
+    let tmp = write(dir.path(), ".sluicegate.toml.tmp", &config(7));
+    std::fs::rename(&tmp, &path).unwrap();
+    eventually("limit 7 applied", || async {
+        limit_of(&client, &server, "changing").await == Some(7)
+    })
+    .await;
+    assert_eq!(check(&client, &server, "kept", 0).await["remaining"], 7);
+}
+
+#[cfg(unix)]
+#[tokio::test]
+async fn a_configmap_style_symlink_swap_is_seen() {
+    use std::os::unix::fs::symlink;
+    // dir/sluicegate.toml -> ..data/sluicegate.toml, ..data -> ..v1; the update swaps ..data.
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::create_dir(d.join("..v1")).unwrap();
+    std::fs::create_dir(d.join("..v2")).unwrap();
+    write(&d.join("..v1"), "sluicegate.toml", &config(3));
+    write(&d.join("..v2"), "sluicegate.toml", &config(9));
+    symlink("..v1", d.join("..data")).unwrap();
+    symlink("..data/sluicegate.toml", d.join("sluicegate.toml")).unwrap();
+    let path = d.join("sluicegate.toml");
+    let server = Server::start(&["--config", path.to_str().unwrap()]);
+    let client = Client::new();
+    assert_eq!(limit_of(&client, &server, "changing").await, Some(3));
+
+    swap(d, "..v2");
+    eventually("limit 9 applied", || async {
+        limit_of(&client, &server, "changing").await == Some(9)
+    })
+    .await;
+}
+
+/// Atomically points `..data` at `target`, as kubelet does.
+#[cfg(unix)]
+fn swap(dir: &Path, target: &str) {
+    let tmp = dir.join("..data_tmp");
+    std::os::unix::fs::symlink(target, &tmp).unwrap();
+    std::fs::rename(&tmp, dir.join("..data")).unwrap();
+}
