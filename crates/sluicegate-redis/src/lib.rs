@@ -45,6 +45,7 @@ mod script;
 mod store;
 
 pub use cache::LOCAL_CACHE_CAPACITY;
+pub use coalesce::MAX_IN_FLIGHT;
 pub use config::{RedisConfig, RedisStoreError};
 pub use keys::state_key;
 pub use range::{EXACT_BOUND, check_policy};
