@@ -36,6 +36,7 @@
 
 mod breaker;
 mod cache;
+mod coalesce;
 mod config;
 mod conn;
 mod keys;
