@@ -1,24 +1,29 @@
 //! Coalescing: on a standalone server, single decisions that arrive while others are being
 //! sent share one script call (up to [`BATCH_CHUNK`] requests), the way a batch does.
 //!
-//! Nothing waits for a batch to fill: a dispatcher takes the first queued request and
-//! whatever else is already queued behind it, sends them, and goes back for more while the
-//! call is in flight (calls pipeline on the shared connection). Under light load a call
-//! carries one request; under heavy load the per-call cost on Redis (running the script's
-//! setup, reading the time) is paid once for many decisions. Each request is still decided
+//! Nothing waits on a timer for a batch to fill: a dispatcher takes the first queued request
+//! and whatever else is already queued behind it, and sends them; at most
+//! [`MAX_IN_FLIGHT`] calls are in flight at once (pipelined on the shared connection), and
+//! requests arriving while all are busy queue up and leave together in the next call. Under
+//! light load a call carries one request and leaves at once; under heavy load the per-call
+//! cost on Redis (running the script's setup, reading the time) and on the client (encoding,
+//! parsing, waking) is paid once for many decisions. Each request is still decided
 //! atomically and in one round trip: the script handles the requests of a call one after
 //! the other, at the same server time.
 
-use std::sync::Weak;
+use std::sync::{Arc, Weak};
 
 use sluicegate_core::{StoreError, Verdict};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{Semaphore, mpsc, oneshot};
 
 use crate::script::Item;
 use crate::store::{BATCH_CHUNK, Inner};
 
 /// Requests that may wait for the dispatcher.
 pub(crate) const QUEUE_DEPTH: usize = 16_384;
+
+/// Script calls of coalesced requests in flight at once.
+pub const MAX_IN_FLIGHT: usize = 4;
 
 /// One request waiting to be sent.
 pub(crate) struct Job {
@@ -28,7 +33,12 @@ pub(crate) struct Job {
 
 /// Sends the queued requests in script calls until the store is dropped.
 pub(crate) async fn dispatch(inner: Weak<Inner>, mut queue: mpsc::Receiver<Job>) {
+    let in_flight = Arc::new(Semaphore::new(MAX_IN_FLIGHT));
     while let Some(first) = queue.recv().await {
+        // While every call is in flight, requests gather in the queue for the next one.
+        let Ok(permit) = Arc::clone(&in_flight).acquire_owned().await else {
+            return;
+        };
         let mut jobs = Vec::with_capacity(BATCH_CHUNK);
         jobs.push(first);
         while jobs.len() < BATCH_CHUNK {
@@ -44,6 +54,7 @@ pub(crate) async fn dispatch(inner: Weak<Inner>, mut queue: mpsc::Receiver<Job>)
             let requests: Vec<&[Item]> = jobs.iter().map(|j| j.items.as_slice()).collect();
             let outcome = inner.decide(&requests, None).await;
             drop(requests);
+            drop(permit);
             match outcome {
                 Ok(verdicts) => {
                     for (job, verdict) in jobs.into_iter().zip(verdicts) {
