@@ -50,9 +50,23 @@ impl Decision {
     }
 }
 
-/// `ceil(a / b)` for `b > 0`, in 128 bits.
-pub(crate) fn div_ceil(a: u128, b: u128) -> u128 {
-    a.div_ceil(b)
+/// `ceil(a / b)` for `b > 0`; 64-bit division when `a` fits (it nearly always does, and a
+/// 128-bit division costs several times more).
+#[inline]
+pub(crate) fn div_ceil(a: u128, b: u64) -> u128 {
+    match u64::try_from(a) {
+        Ok(a) => u128::from(a.div_ceil(b)),
+        Err(_) => a.div_ceil(u128::from(b)),
+    }
+}
+
+/// `floor(a / b)` for `b > 0`, like [`div_ceil`].
+#[inline]
+pub(crate) fn div_floor(a: u128, b: u64) -> u128 {
+    match u64::try_from(a) {
+        Ok(a) => u128::from(a / b),
+        Err(_) => a / u128::from(b),
+    }
 }
 
 /// Narrows to `u64`, saturating.

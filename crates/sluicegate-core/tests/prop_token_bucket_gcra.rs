@@ -2,10 +2,9 @@
 //! of length `t`, and never a denial that an exact reference bucket (rational arithmetic,
 //! written independently here) would admit.
 //!
-//! GCRA stores its theoretical arrival time in whole microseconds, rounded up: where
-//! `period / limit` is a whole number of µs it is exact; otherwise it is never more
-//! permissive than the exact bucket given the same history (and at most 1 µs a request
-//! stricter, see docs/algorithms.md).
+//! GCRA's emission interval is `period / limit` rounded up to the µs: where that is a whole
+//! number it is the exact bucket; otherwise its rate is a little lower, so it is never more
+//! permissive than the exact bucket given the same history (see docs/algorithms.md).
 
 #[path = "support/ratio.rs"]
 mod ratio;
@@ -131,5 +130,16 @@ proptest! {
             expected.push(admits);
         }
         prop_assert_eq!(allowed(&decisions), expected);
+    }
+
+    #[test]
+    fn burst_is_exact_at_one_instant((limit, period, burst) in support::quota()) {
+        for at_once in [
+            run(&Gcra::new(limit, period, burst), &[Event { at: support::T0, cost: 1 }; 40], None).0,
+            run(&TokenBucket::new(limit, period, burst), &[Event { at: support::T0, cost: 1 }; 40], None).0,
+        ] {
+            let admitted = at_once.iter().filter(|d| d.allowed).count() as u64;
+            prop_assert_eq!(admitted, burst.min(40));
+        }
     }
 }

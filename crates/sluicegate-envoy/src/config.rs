@@ -248,6 +248,25 @@ impl EnvoyConfig {
     }
 }
 
+/// A fingerprint of everything [`EnvoyConfig::load`] reads: the section, the policies and
+/// the YAML files' names and contents. A reload watcher recompiles when it changes.
+pub fn fingerprint(section: &EnvoySection, policies: &[Arc<Policy>], base_dir: &Path) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::hash::DefaultHasher::new();
+    format!("{section:?}").hash(&mut h);
+    for policy in policies {
+        policy.hash(&mut h);
+    }
+    if let Some(config) = &section.config {
+        let path = base_dir.join(config);
+        for file in yaml_files(&path, &mut Vec::new()) {
+            file.hash(&mut h);
+            std::fs::read(&file).ok().hash(&mut h);
+        }
+    }
+    h.finish()
+}
+
 /// The YAML files at `path`: the file itself, or a directory's `*.yaml`/`*.yml`, sorted.
 fn yaml_files(path: &Path, errors: &mut Vec<ConfigError>) -> Vec<PathBuf> {
     if !path.is_dir() {

@@ -76,6 +76,18 @@ fn main() {
         }
         return;
     }
+    if std::env::var("ONLY").as_deref() == Ok("layer") {
+        for i in 0..2_000_000 {
+            let mut request = Request::get("/api/items")
+                .extension(ConnectInfo(SocketAddr::from(([127, 0, 0, 1], 1))))
+                .body(Body::empty())
+                .unwrap();
+            *request.headers_mut() = headers[i % 10_000].clone();
+            let r = rt.block_on(layered.clone().oneshot(request)).unwrap();
+            std::hint::black_box(r);
+        }
+        return;
+    }
     for _ in 0..4 {
         let t = Instant::now();
         for i in 0..n {

@@ -14,7 +14,7 @@ use std::time::Duration;
 use axum::Router;
 use axum::routing::get;
 use sluicegate_core::{AlgorithmKind, MemoryStore, Policy};
-use sluicegate_middleware::{RateLimitLayer, RateLimiter, RouteSpec};
+use sluicegate_middleware::{HeaderSet, RateLimitLayer, RateLimiter, RouteSpec};
 
 fn app() -> Router {
     Router::new().route("/api/items", get(|| async { "ok" }))
@@ -37,6 +37,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .worker_threads(threads)
         .enable_all()
         .build()?;
+    // HEADERS=none measures the layer without rate-limit headers on admitted responses.
+    let header_sets = match std::env::var("HEADERS").as_deref() {
+        Ok("none") => Vec::new(),
+        _ => HeaderSet::DEFAULT.to_vec(),
+    };
     let limiter = RateLimiter::builder(Arc::new(MemoryStore::new(1_000_000)))
         .policy(
             Policy::builder(
@@ -49,6 +54,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         )
         .route(RouteSpec::new("/api", &["api"]))
         .trusted_proxies(vec!["127.0.0.1/32".parse()?])
+        .headers(&header_sets)
         .build()?;
     runtime.block_on(async move {
         let bare = tokio::net::TcpListener::bind("127.0.0.1:0").await?;

@@ -12,11 +12,12 @@ use sluicegate_core::store::MAX_KEY_LEN;
 use sluicegate_core::{
     BoxFuture, CheckRequest, KeyedCheck, Micros, Policy, Store, StoreError, Verdict,
 };
-use tokio::sync::Notify;
+use tokio::sync::{Notify, mpsc, oneshot};
 use tokio::task::JoinHandle;
 
 use crate::breaker::Breaker;
 use crate::cache::DenyCache;
+use crate::coalesce::{Job, QUEUE_DEPTH, dispatch};
 use crate::config::{RedisConfig, RedisStoreError};
 use crate::conn::{Conn, Target, connect_timeout};
 use crate::keys::state_key;
@@ -29,6 +30,10 @@ pub const PROBE_INTERVAL: Duration = Duration::from_millis(250);
 /// Requests per script call in [`Store::check_batch`]: large enough to amortise the call,
 /// small enough that one script never blocks Redis for long.
 pub const BATCH_CHUNK: usize = 64;
+
+/// How much longer than the timeout a coalesced decision may take, for its time in the
+/// queue; its script call alone is bounded by the timeout.
+const QUEUE_SLACK: Duration = Duration::from_millis(10);
 
 /// Histogram of store call durations, seconds.
 pub const METRIC_DURATION: &str = "sluicegate_store_duration_seconds";
@@ -43,6 +48,7 @@ pub const METRIC_ERRORS: &str = "sluicegate_store_errors_total";
 pub struct RedisStore {
     inner: Arc<Inner>,
     probe: JoinHandle<()>,
+    dispatcher: Option<JoinHandle<()>>,
 }
 
 struct Link {
@@ -50,7 +56,7 @@ struct Link {
     conn: Option<Conn>,
 }
 
-struct Inner {
+pub(crate) struct Inner {
     target: Target,
     prefix: String,
     timeout: Duration,
@@ -59,11 +65,16 @@ struct Inner {
     breaker: Breaker,
     wake: Arc<Notify>,
     cache: Option<DenyCache>,
+    /// Standalone only: single decisions go through the coalescing dispatcher.
+    queue: Option<mpsc::Sender<Job>>,
 }
 
 impl Drop for RedisStore {
     fn drop(&mut self) {
         self.probe.abort();
+        if let Some(dispatcher) = &self.dispatcher {
+            dispatcher.abort();
+        }
     }
 }
 
@@ -94,6 +105,14 @@ impl RedisStore {
     pub async fn connect(config: RedisConfig) -> Result<RedisStore, RedisStoreError> {
         config.validate()?;
         let target = Target::open(&config)?;
+        // On a cluster, concurrent requests mostly live in different slots and could not
+        // share a script call; they go straight out.
+        let (queue, queued) = if target.is_cluster() {
+            (None, None)
+        } else {
+            let (sender, receiver) = mpsc::channel(QUEUE_DEPTH);
+            (Some(sender), Some(receiver))
+        };
         let inner = Arc::new(Inner {
             target,
             prefix: config.key_prefix.clone(),
@@ -106,6 +125,7 @@ impl RedisStore {
             breaker: Breaker::default(),
             wake: Arc::new(Notify::new()),
             cache: config.local_cache.then(DenyCache::default),
+            queue,
         });
         if !inner.probe_once().await {
             tracing::warn!(
@@ -114,7 +134,13 @@ impl RedisStore {
             );
         }
         let probe = tokio::spawn(probe_loop(Arc::downgrade(&inner), Arc::clone(&inner.wake)));
-        Ok(RedisStore { inner, probe })
+        let dispatcher =
+            queued.map(|queued| tokio::spawn(dispatch(Arc::downgrade(&inner), queued)));
+        Ok(RedisStore {
+            inner,
+            probe,
+            dispatcher,
+        })
     }
 
     /// The Redis key holding `policy`'s state for `client_key` under this store's prefix.
@@ -336,12 +362,12 @@ impl Inner {
     fn items<'p>(
         &self,
         parts: impl IntoIterator<Item = (&'p Arc<Policy>, &'p str, u64)>,
-    ) -> Result<Vec<Item<'p>>, StoreError> {
+    ) -> Result<Vec<Item>, StoreError> {
         parts
             .into_iter()
             .map(|(policy, key, cost)| {
                 Ok(Item {
-                    policy,
+                    policy: Arc::clone(policy),
                     key: state_key(&self.prefix, key, policy),
                     cost,
                     params: params(policy).map_err(|e| unavailable(e.to_string()))?,
@@ -351,9 +377,9 @@ impl Inner {
     }
 
     /// One script call deciding `requests`.
-    async fn decide(
+    pub(crate) async fn decide(
         &self,
-        requests: &[&[Item<'_>]],
+        requests: &[&[Item]],
         now: Option<Micros>,
     ) -> Result<Vec<Verdict>, StoreError> {
         let invocation = invocation(&self.script, now, Op::Check, requests);
@@ -363,7 +389,7 @@ impl Inner {
         verdicts(requests, &reply)
     }
 
-    fn cache_key(items: &[Item<'_>]) -> String {
+    fn cache_key(items: &[Item]) -> String {
         let keys: Vec<&str> = items.iter().map(|i| i.key.as_str()).collect();
         keys.join("\n")
     }
@@ -386,15 +412,46 @@ impl Inner {
         {
             return Ok(verdict);
         }
-        let verdict = self
-            .decide(&[&items], now)
-            .await?
-            .pop()
-            .ok_or_else(|| unavailable("empty reply from the Redis script"))?;
+        let verdict = match (&self.queue, now) {
+            (Some(queue), None) => self.coalesced(queue, items).await?,
+            _ => self
+                .decide(&[&items], now)
+                .await?
+                .pop()
+                .ok_or_else(|| unavailable("empty reply from the Redis script"))?,
+        };
         if let (Some(cache), Some(key)) = (&self.cache, cache_key) {
             cache.remember(key, request.cost, &verdict);
         }
         Ok(verdict)
+    }
+
+    /// Decides one request through the coalescing dispatcher.
+    async fn coalesced(
+        &self,
+        queue: &mpsc::Sender<Job>,
+        items: Vec<Item>,
+    ) -> Result<Verdict, StoreError> {
+        // An open circuit or a missing connection fails here, without queueing.
+        self.conn()?;
+        let (reply, answer) = oneshot::channel();
+        let decided = async {
+            queue
+                .send(Job { items, reply })
+                .await
+                .map_err(|_| unavailable("the Redis store is shutting down"))?;
+            answer
+                .await
+                .map_err(|_| unavailable("the Redis store is shutting down"))?
+        };
+        // The script call has its own timeout; this one also bounds the wait in the queue.
+        match tokio::time::timeout(self.timeout + QUEUE_SLACK, decided).await {
+            Ok(result) => result,
+            Err(_) => {
+                self.count_error("timeout");
+                Err(StoreError::Timeout)
+            }
+        }
     }
 
     async fn check_keyed(
@@ -481,8 +538,7 @@ impl Inner {
         };
         let pending = &pending;
         let calls = groups.iter().map(|group| async move {
-            let requests: Vec<&[Item<'_>]> =
-                group.iter().map(|&j| pending[j].1.as_slice()).collect();
+            let requests: Vec<&[Item]> = group.iter().map(|&j| pending[j].1.as_slice()).collect();
             (group, self.decide(&requests, now).await)
         });
         for (group, outcome) in join_all(calls).await {

@@ -76,34 +76,8 @@ pub struct ValidateArgs {
     pub config: PathBuf,
 }
 
-/// `sluicegate simulate`.
-#[derive(Debug, Clone, Args)]
-pub struct SimulateArgs {
-    /// An algorithm name, or `all`.
-    #[arg(long, value_name = "NAME")]
-    pub algorithm: String,
-    /// Requests per period.
-    #[arg(long, value_name = "N")]
-    pub limit: u64,
-    /// The period, e.g. `1s`, `1m`.
-    #[arg(long, value_name = "DUR")]
-    pub period: String,
-    /// Bucket capacity (defaults to limit).
-    #[arg(long, value_name = "N")]
-    pub burst: Option<u64>,
-    /// steady | burst | boundary | poisson | ramp | trace:FILE.csv
-    #[arg(long, value_name = "PATTERN")]
-    pub pattern: String,
-    /// Offered requests per second.
-    #[arg(long, value_name = "R")]
-    pub rate: Option<f64>,
-    /// Simulated time.
-    #[arg(long, value_name = "DUR")]
-    pub duration: Option<String>,
-    /// Where to write the SVG chart.
-    #[arg(long, value_name = "FILE.svg")]
-    pub out: Option<PathBuf>,
-}
+/// `sluicegate simulate`: the simulator's own flags (see `docs/simulate.md`).
+pub use sluicegate_sim::SimulateArgs;
 
 /// Parses the command line and runs it.
 pub fn main() -> ExitCode {

@@ -126,9 +126,14 @@ fn keep_restart_only(running: &Config, new: &mut Config) {
             (n, r) => *n = r.clone(),
         }
     }
-    if new.envoy != running.envoy {
-        tracing::warn!("[envoy] changed; it applies after a restart");
-        new.envoy = running.envoy.clone();
+    // [envoy] rules, config and algorithm reload (crate::envoy picks them up); the
+    // listener itself needs a restart.
+    let envoy_listen = |c: &Config| c.envoy.as_ref().and_then(|e| e.listen);
+    if envoy_listen(new) != envoy_listen(running) {
+        tracing::warn!("[envoy] listen changed; it applies after a restart");
+        if let Some(envoy) = &mut new.envoy {
+            envoy.listen = envoy_listen(running);
+        }
     }
 }
 

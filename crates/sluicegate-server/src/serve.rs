@@ -3,6 +3,7 @@
 
 use std::net::SocketAddr;
 use std::process::ExitCode;
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::net::TcpListener;
@@ -62,7 +63,12 @@ async fn serve(
 ) -> Result<(), String> {
     crate::metrics::install();
     let opened = crate::store::open(&config.store).await?;
-    let observer = crate::metrics::observers();
+    // The dashboard sees every verdict next to the metrics, and probes the same store.
+    let dashboard = Arc::new(sluicegate_dashboard::DashboardObserver::default());
+    let observer: Arc<dyn sluicegate_core::VerdictObserver> = Arc::new(vec![
+        crate::metrics::observers(),
+        Arc::clone(&dashboard) as Arc<dyn sluicegate_core::VerdictObserver>,
+    ]);
     let state = AppState::new(config.clone(), opened.store, opened.memory, observer)?;
 
     let api = bind(config.server.listen, "API").await?;
@@ -78,7 +84,10 @@ async fn serve(
     let api_addr = local(&api);
     println!("sluicegate {} listening:", env!("CARGO_PKG_VERSION"));
     println!("  api http://{api_addr}");
-    let app = crate::app::router(state.clone());
+    println!("  dashboard http://{api_addr}/dashboard");
+    let app = crate::app::router(state.clone()).merge(sluicegate_dashboard::router(
+        sluicegate_dashboard::Dashboard::new(dashboard).with_probe(Arc::clone(&state.store)),
+    ));
     tasks.spawn({
         let stop = stopped(stop_rx.clone());
         async move {

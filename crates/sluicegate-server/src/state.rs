@@ -67,6 +67,8 @@ pub struct AppState {
     memory: Option<Arc<MemoryStore>>,
     /// Sees every decided request (metrics, dashboard).
     pub observer: Arc<dyn VerdictObserver>,
+    /// The compiled Envoy rules (`[envoy]`), swapped by `crate::envoy` on changes.
+    pub envoy: sluicegate_envoy::SharedConfig,
 }
 
 impl AppState {
@@ -83,6 +85,7 @@ impl AppState {
             store,
             memory,
             observer,
+            envoy: sluicegate_envoy::SharedConfig::default(),
         })
     }
 
@@ -95,10 +98,18 @@ impl AppState {
     /// keys its tables by the policy's full definition); removed or changed ones are dropped.
     pub fn apply(&self, config: Config) -> Result<(), String> {
         let runtime = Runtime::new(config, Arc::clone(&self.store), Arc::clone(&self.observer))?;
-        if let Some(memory) = &self.memory {
-            memory.retain_policies(&runtime.config.policies);
-        }
         self.runtime.store(Arc::new(runtime));
+        self.prune();
         Ok(())
+    }
+
+    /// Drops the memory store's state of policies no longer configured, keeping those
+    /// the Envoy rules made from YAML limits.
+    pub fn prune(&self) {
+        if let Some(memory) = &self.memory {
+            let mut keep = self.runtime().config.policies.clone();
+            keep.extend(self.envoy.get().policies().iter().cloned());
+            memory.retain_policies(&keep);
+        }
     }
 }

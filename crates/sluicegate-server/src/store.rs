@@ -3,7 +3,9 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use sluicegate_core::{BoxFuture, CheckRequest, MemoryStore, Policy, Store, StoreError, Verdict};
+use sluicegate_core::{
+    BoxFuture, CheckRequest, KeyedCheck, MemoryStore, Policy, Store, StoreError, Verdict,
+};
 use sluicegate_redis::{RedisConfig, RedisStore};
 
 use crate::config::{Backend, StoreConfig};
@@ -104,6 +106,17 @@ impl<S: Store> Store for Timed<S> {
             };
             self.record(started, &failed);
             results
+        })
+    }
+    fn check_keyed<'a>(
+        &'a self,
+        items: &'a [KeyedCheck<'a>],
+    ) -> BoxFuture<'a, Result<Verdict, StoreError>> {
+        Box::pin(async move {
+            let started = Instant::now();
+            let result = self.0.check_keyed(items).await;
+            self.record(started, &result);
+            result
         })
     }
     fn refund<'a>(

@@ -39,8 +39,9 @@ use crate::{chart, report};
 /// ```
 #[derive(Debug, Clone, clap::Args)]
 pub struct SimulateArgs {
-    /// The algorithm, or `all` to compare the six on the same traffic.
-    #[arg(long, value_name = "NAME|all")]
+    /// The algorithm, several separated by commas, or `all` to compare the six on the same
+    /// traffic.
+    #[arg(long, value_name = "NAME[,NAME…]|all")]
     pub algorithm: Option<String>,
     /// Requests per period.
     #[arg(long, value_name = "N")]
@@ -63,8 +64,8 @@ pub struct SimulateArgs {
     /// Where to write the SVG chart.
     #[arg(long, value_name = "FILE.svg")]
     pub out: Option<PathBuf>,
-    /// reject, delay or shadow. With `--algorithm all` and delay, the window algorithms,
-    /// which cannot delay, reject.
+    /// reject, delay or shadow. When comparing several algorithms in delay mode, the window
+    /// algorithms, which cannot delay, reject.
     #[arg(long, value_name = "MODE", value_parser = parse_mode)]
     pub mode: Option<Mode>,
     /// Delay mode: the longest wait; default: one period.
@@ -187,19 +188,24 @@ impl SimulateArgs {
     /// The policies to simulate: from the config file with the flags laid over, or from
     /// the flags alone.
     pub fn policies(&self) -> Result<Vec<Arc<Policy>>, SimError> {
-        let all = self.algorithm.as_deref() == Some("all");
-        let algorithm = match self.algorithm.as_deref() {
-            None | Some("all") => None,
-            Some(name) => {
-                Some(
-                    name.parse::<AlgorithmKind>()
-                        .map_err(|source| SimError::Policy {
-                            name: name.to_owned(),
-                            source,
-                        })?,
-                )
-            }
+        // `None`: each spec's own algorithm; `Some(list)`: these, for every spec.
+        let chosen: Option<Vec<AlgorithmKind>> = match self.algorithm.as_deref() {
+            None => None,
+            Some("all") => Some(AlgorithmKind::ALL.to_vec()),
+            Some(list) => Some(
+                list.split(',')
+                    .map(|name| {
+                        name.trim()
+                            .parse::<AlgorithmKind>()
+                            .map_err(|source| SimError::Policy {
+                                name: name.trim().to_owned(),
+                                source,
+                            })
+                    })
+                    .collect::<Result<_, _>>()?,
+            ),
         };
+        let several = chosen.as_ref().is_some_and(|kinds| kinds.len() > 1);
         let specs = match &self.config {
             Some(path) => self.config_specs(path)?,
             None => {
@@ -219,7 +225,7 @@ impl SimulateArgs {
                 }
                 vec![PolicySpec {
                     name: String::new(),
-                    algorithm: algorithm.unwrap_or(AlgorithmKind::FixedWindow),
+                    algorithm: AlgorithmKind::FixedWindow,
                     limit: 0,
                     period: String::new(),
                     burst: None,
@@ -231,18 +237,14 @@ impl SimulateArgs {
         };
         let mut out = Vec::new();
         for spec in specs {
-            let kinds: Vec<AlgorithmKind> = if all {
-                AlgorithmKind::ALL.to_vec()
-            } else {
-                vec![algorithm.unwrap_or(spec.algorithm)]
-            };
+            let kinds = chosen.clone().unwrap_or_else(|| vec![spec.algorithm]);
             for kind in kinds {
-                let name = match (self.config.is_some(), all) {
+                let name = match (self.config.is_some(), several) {
                     (false, _) => kind.name().to_owned(),
                     (true, false) => spec.name.clone(),
                     (true, true) => format!("{}.{}", spec.name, kind.name()),
                 };
-                out.push(Arc::new(self.build(&spec, kind, &name, all)?));
+                out.push(Arc::new(self.build(&spec, kind, &name, several)?));
             }
         }
         Ok(out)
@@ -253,7 +255,7 @@ impl SimulateArgs {
         spec: &PolicySpec,
         kind: AlgorithmKind,
         name: &str,
-        all: bool,
+        several: bool,
     ) -> Result<Policy, SimError> {
         let err = |source| SimError::Policy {
             name: name.to_owned(),
@@ -264,8 +266,8 @@ impl SimulateArgs {
             None => parse_duration(&spec.period).map_err(err)?,
         };
         let mut mode = self.mode.unwrap_or(spec.mode);
-        // Comparing all six in delay mode: the windows cannot delay, so they reject.
-        if all && mode == Mode::Delay && !kind.supports_delay() {
+        // Comparing algorithms in delay mode: the windows cannot delay, so they reject.
+        if several && mode == Mode::Delay && !kind.supports_delay() {
             mode = Mode::Reject;
         }
         let max_delay = match (self.max_delay, &spec.max_delay) {

@@ -46,6 +46,7 @@ impl From<Quota> for FixedWindow {
 impl Algorithm for FixedWindow {
     type State = FixedWindowState;
 
+    #[inline]
     fn evaluate(&self, state: &Self::State, now: Micros, cost: u64, _: Option<Micros>) -> Decision {
         let window = now / self.period;
         let until_end = (window + 1) * self.period - now;
@@ -64,6 +65,7 @@ impl Algorithm for FixedWindow {
         }
     }
 
+    #[inline]
     fn consume(&self, state: &mut Self::State, now: Micros, cost: u64) {
         if cost == 0 {
             return;
@@ -75,12 +77,14 @@ impl Algorithm for FixedWindow {
         state.count = state.count.saturating_add(cost);
     }
 
+    #[inline]
     fn refund(&self, state: &mut Self::State, now: Micros, cost: u64) {
         if state.window == now / self.period {
             state.count = state.count.saturating_sub(cost);
         }
     }
 
+    #[inline]
     fn idle_at(&self, state: &Self::State) -> Micros {
         if state.count == 0 {
             0

@@ -8,7 +8,7 @@
 
 use super::{Algorithm, Quota};
 use crate::clock::Micros;
-use crate::decision::{Decision, div_ceil, sat};
+use crate::decision::{Decision, div_ceil, div_floor, sat};
 
 /// The leaky bucket.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -47,11 +47,14 @@ impl LeakyBucket {
     }
 
     fn drain_time(&self, level: u128) -> Micros {
-        sat(div_ceil(level, u128::from(self.limit)))
+        sat(div_ceil(level, self.limit))
     }
 
     fn room(&self, level: u128) -> u64 {
-        sat(self.capacity().saturating_sub(level) / u128::from(self.period))
+        sat(div_floor(
+            self.capacity().saturating_sub(level),
+            self.period,
+        ))
     }
 }
 
@@ -64,6 +67,7 @@ impl From<Quota> for LeakyBucket {
 impl Algorithm for LeakyBucket {
     type State = LeakyBucketState;
 
+    #[inline]
     fn evaluate(
         &self,
         state: &Self::State,
@@ -99,6 +103,7 @@ impl Algorithm for LeakyBucket {
         }
     }
 
+    #[inline]
     fn consume(&self, state: &mut Self::State, now: Micros, cost: u64) {
         if cost == 0 {
             return;
@@ -108,6 +113,7 @@ impl Algorithm for LeakyBucket {
         state.last = now.max(state.last);
     }
 
+    #[inline]
     fn refund(&self, state: &mut Self::State, now: Micros, cost: u64) {
         if cost == 0 {
             return;
@@ -119,6 +125,7 @@ impl Algorithm for LeakyBucket {
         state.last = now.max(state.last);
     }
 
+    #[inline]
     fn idle_at(&self, state: &Self::State) -> Micros {
         state
             .last

@@ -55,6 +55,7 @@ impl From<Quota> for SlidingLog {
 impl Algorithm for SlidingLog {
     type State = SlidingLogState;
 
+    #[inline]
     fn evaluate(&self, state: &Self::State, now: Micros, cost: u64, _: Option<Micros>) -> Decision {
         let used = state.total - self.expired_cost(state, now);
         let newest = state.entries.back().map(|(at, _)| *at);
@@ -80,6 +81,7 @@ impl Algorithm for SlidingLog {
         Decision::deny(self.limit, self.limit.saturating_sub(used), reset, retry)
     }
 
+    #[inline]
     fn consume(&self, state: &mut Self::State, now: Micros, cost: u64) {
         if cost == 0 {
             return;
@@ -97,6 +99,7 @@ impl Algorithm for SlidingLog {
         state.total += cost;
     }
 
+    #[inline]
     fn refund(&self, state: &mut Self::State, _now: Micros, mut cost: u64) {
         while cost > 0 {
             let Some(back) = state.entries.back_mut() else {
@@ -112,6 +115,7 @@ impl Algorithm for SlidingLog {
         }
     }
 
+    #[inline]
     fn idle_at(&self, state: &Self::State) -> Micros {
         state.entries.back().map_or(0, |(at, _)| at + self.period)
     }

@@ -77,6 +77,7 @@ impl From<Quota> for SlidingWindow {
 impl Algorithm for SlidingWindow {
     type State = SlidingWindowState;
 
+    #[inline]
     fn evaluate(&self, state: &Self::State, now: Micros, cost: u64, _: Option<Micros>) -> Decision {
         let window = now / self.period;
         let start = window * self.period;
@@ -114,6 +115,7 @@ impl Algorithm for SlidingWindow {
         )
     }
 
+    #[inline]
     fn consume(&self, state: &mut Self::State, now: Micros, cost: u64) {
         if cost == 0 {
             return;
@@ -127,12 +129,14 @@ impl Algorithm for SlidingWindow {
         };
     }
 
+    #[inline]
     fn refund(&self, state: &mut Self::State, now: Micros, cost: u64) {
         if state.window == now / self.period {
             state.current = state.current.saturating_sub(cost);
         }
     }
 
+    #[inline]
     fn idle_at(&self, state: &Self::State) -> Micros {
         if state.current > 0 {
             (state.window + 2) * self.period

@@ -7,7 +7,7 @@
 
 use super::{Algorithm, Quota};
 use crate::clock::Micros;
-use crate::decision::{Decision, div_ceil, sat};
+use crate::decision::{Decision, div_ceil, div_floor, sat};
 
 /// The token bucket.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -54,7 +54,7 @@ impl TokenBucket {
         if deficit <= 0 {
             0
         } else {
-            sat(div_ceil(deficit as u128, u128::from(self.limit)))
+            sat(div_ceil(deficit as u128, self.limit))
         }
     }
 
@@ -62,7 +62,7 @@ impl TokenBucket {
         if scaled <= 0 {
             0
         } else {
-            sat(scaled as u128 / u128::from(self.period))
+            sat(div_floor(scaled as u128, self.period))
         }
     }
 }
@@ -76,6 +76,7 @@ impl From<Quota> for TokenBucket {
 impl Algorithm for TokenBucket {
     type State = TokenBucketState;
 
+    #[inline]
     fn evaluate(
         &self,
         state: &Self::State,
@@ -106,6 +107,7 @@ impl Algorithm for TokenBucket {
         }
     }
 
+    #[inline]
     fn consume(&self, state: &mut Self::State, now: Micros, cost: u64) {
         if cost == 0 {
             return;
@@ -116,6 +118,7 @@ impl Algorithm for TokenBucket {
         state.last = now.max(state.last).max(1);
     }
 
+    #[inline]
     fn refund(&self, state: &mut Self::State, now: Micros, cost: u64) {
         if cost == 0 || state.last == 0 {
             return;
@@ -126,6 +129,7 @@ impl Algorithm for TokenBucket {
         state.last = now.max(state.last).max(1);
     }
 
+    #[inline]
     fn idle_at(&self, state: &Self::State) -> Micros {
         if state.last == 0 {
             return 0;

@@ -8,7 +8,7 @@ mod diagnostic;
 mod parse;
 
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -100,14 +100,9 @@ pub struct GatewayConfig {
     pub upstream: http::Uri,
 }
 
-/// `[envoy]`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct EnvoyConfig {
-    /// Where the `envoy.service.ratelimit.v3` gRPC service listens.
-    pub listen: Option<SocketAddr>,
-    /// An envoyproxy/ratelimit YAML file, resolved against the config file's directory.
-    pub config: Option<PathBuf>,
-}
+/// `[envoy]` (listen, config, algorithm, `[[envoy.rules]]`): the Envoy crate's own model,
+/// so its options live in one place. `config` is resolved against the file's directory.
+pub type EnvoyConfig = sluicegate_envoy::EnvoySection;
 
 /// Command-line flags that override the file.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -199,10 +194,7 @@ impl Config {
             self.gateway = Some(GatewayConfig { listen, upstream });
         }
         if let Some(listen) = overrides.envoy_listen {
-            let envoy = self.envoy.get_or_insert(EnvoyConfig {
-                listen: None,
-                config: None,
-            });
+            let envoy = self.envoy.get_or_insert_with(EnvoyConfig::default);
             envoy.listen = Some(listen);
         }
         if self.store.backend == Backend::Redis

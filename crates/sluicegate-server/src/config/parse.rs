@@ -51,7 +51,7 @@ const POLICY: &[&str] = &[
 ];
 const ROUTE: &[&str] = &["path", "methods", "headers", "policies", "key"];
 const GATEWAY: &[&str] = &["listen", "upstream"];
-const ENVOY: &[&str] = &["listen", "config"];
+const ENVOY: &[&str] = &["listen", "config", "algorithm", "rules"];
 
 type Value<'i> = Spanned<DeValue<'i>>;
 
@@ -81,7 +81,9 @@ pub(super) fn parse(text: &str, path: &Path) -> Result<Config, Diagnostics> {
     let gateway = r
         .section(&root, "gateway")
         .and_then(|(t, s)| r.gateway(t, s));
-    let envoy = r.section(&root, "envoy").map(|(t, _)| r.envoy(t, path));
+    let envoy = r
+        .section(&root, "envoy")
+        .map(|(t, _)| r.envoy(t, path, &policies));
 
     if !r.c.is_empty() {
         return Err(r.c.finish(path));
@@ -706,7 +708,13 @@ impl Reader<'_> {
         })
     }
 
-    fn envoy(&mut self, t: &DeTable<'_>, file: &Path) -> EnvoyConfig {
+    // --- [envoy]: parsed here for spans, compiled and checked by sluicegate-envoy ---
+    fn envoy(
+        &mut self,
+        t: &DeTable<'_>,
+        file: &Path,
+        policies: &[(Arc<Policy>, Range<usize>)],
+    ) -> EnvoyConfig {
         let what = "[envoy]";
         self.unknown(t, what, ENVOY);
         let listen = if t.get("listen").is_some() {
@@ -714,15 +722,38 @@ impl Reader<'_> {
         } else {
             None
         };
-        let config = self.get::<String>(t, "config", what).map(|p| {
-            let p = PathBuf::from(p.into_inner());
+        let config_key = self.get::<String>(t, "config", what);
+        let config = config_key.as_ref().map(|p| {
+            let p = PathBuf::from(p.get_ref());
             match file.parent() {
                 Some(dir) if p.is_relative() => dir.join(p),
                 _ => p,
             }
         });
-        EnvoyConfig { listen, config }
+        let algorithm = self.get::<AlgorithmKind>(t, "algorithm", what);
+        let rules = self.get::<Vec<sluicegate_envoy::RuleSpec>>(t, "rules", what);
+        let section = EnvoyConfig {
+            listen,
+            config,
+            algorithm: algorithm.map(Spanned::into_inner),
+            rules: rules.as_ref().map(|r| r.get_ref().clone()).unwrap_or_default(),
+        };
+        let known: Vec<Arc<Policy>> = policies.iter().map(|(p, _)| Arc::clone(p)).collect();
+        if let Err(errors) = sluicegate_envoy::EnvoyConfig::load(&section, &known, Path::new("")) {
+            for error in errors.0 {
+                // YAML errors carry their own file:line:column; point at the key that named them.
+                let span = match (&error.file, &config_key, &rules) {
+                    (Some(_), Some(key), _) => key.span(),
+                    (None, _, Some(rules)) => rules.span(),
+                    _ => 0..0,
+                };
+                self.c.error(span, format!("{what} {error}"));
+            }
+        }
+        section
     }
+    // --- end [envoy] ---
+
 }
 
 /// `http://host:port[/base]` for the gateway.

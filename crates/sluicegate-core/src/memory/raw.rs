@@ -1,0 +1,288 @@
+//! [`RawTable`]: one policy's states in one shard, an open-addressing table of
+//! `(fingerprint, state)` slots with linear probing and backward-shift deletion (no
+//! tombstones), so a tracked key costs `8 + size_of::<State>()` bytes over the load factor.
+//!
+//! Two hands walk the slots, each a few steps at a time:
+//! - the sweep hand drops expired state (`idle_at <= now`, identical to a fresh key) and
+//!   keeps `min_idle`, a lower bound of every entry's `idle_at`, so that "is anything
+//!   expired here?" is usually answered without looking;
+//! - the clock hand picks the victim when live state must go: CLOCK (second chance), each
+//!   hit sets a slot's reference bit, the hand clears bits as it passes and takes the first
+//!   slot whose bit is already clear: an approximation of least-recently-used.
+
+use crate::clock::Micros;
+
+use super::fingerprint::Fingerprint;
+
+/// Slots are at most this full (7/8) before the table grows.
+const LOAD_NUM: usize = 7;
+const LOAD_DEN: usize = 8;
+/// Smallest non-empty table.
+const MIN_SLOTS: usize = 8;
+
+/// Reference bit in a slot's tag.
+const REFERENCED: u64 = 1;
+
+/// One slot; `tag == 0` is empty, else the fingerprint with bit 0 as the reference bit.
+#[derive(Debug, Default, Clone)]
+struct Slot<S> {
+    tag: u64,
+    state: S,
+}
+
+/// The slots of one policy in one shard. Every method that may drop or move entries takes
+/// `idle_at`, the algorithm's expiry function, to keep `min_idle` a valid lower bound.
+#[derive(Debug)]
+pub(crate) struct RawTable<S> {
+    slots: Box<[Slot<S>]>,
+    len: usize,
+    /// Most entries this table may ever hold (the shard's bound); caps growth.
+    max_len: usize,
+    sweep: usize,
+    clock: usize,
+    /// No entry has `idle_at < min_idle`.
+    min_idle: Micros,
+    /// Smallest `idle_at` seen since the sweep hand last passed slot 0.
+    pending_min: Micros,
+}
+
+/// Slots needed to hold `len` entries within the load factor.
+fn slots_for(len: usize) -> usize {
+    (len * LOAD_DEN).div_ceil(LOAD_NUM).max(MIN_SLOTS)
+}
+
+impl<S: Default> RawTable<S> {
+    /// An empty table (no allocation) that will hold at most `max_len` entries.
+    pub(crate) fn new(max_len: usize) -> Self {
+        RawTable {
+            slots: Box::default(),
+            len: 0,
+            max_len,
+            sweep: 0,
+            clock: 0,
+            min_idle: Micros::MAX,
+            pending_min: Micros::MAX,
+        }
+    }
+
+    /// Entries held.
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the table holds its bound of entries.
+    pub(crate) fn is_full(&self) -> bool {
+        self.len >= self.max_len
+    }
+
+    /// Bytes of slots allocated.
+    pub(crate) fn allocated_bytes(&self) -> usize {
+        self.slots.len() * std::mem::size_of::<Slot<S>>()
+    }
+
+    #[inline]
+    fn next(&self, i: usize) -> usize {
+        if i + 1 == self.slots.len() { 0 } else { i + 1 }
+    }
+
+    /// The slot of `fp`, marking it recently used.
+    #[inline]
+    pub(crate) fn find(&mut self, fp: Fingerprint) -> Option<usize> {
+        if self.len == 0 {
+            return None;
+        }
+        let mut i = fp.home(self.slots.len());
+        loop {
+            let tag = self.slots[i].tag;
+            if tag == 0 {
+                return None;
+            }
+            if tag & !REFERENCED == fp.bits() {
+                self.slots[i].tag = tag | REFERENCED;
+                return Some(i);
+            }
+            i = self.next(i);
+        }
+    }
+
+    /// The state in slot `i` (from [`RawTable::find`] or [`RawTable::insert`]).
+    #[inline]
+    pub(crate) fn state(&self, i: usize) -> &S {
+        &self.slots[i].state
+    }
+
+    /// The state in slot `i`, to change it; `idle_at` is its expiry after the change.
+    #[inline]
+    pub(crate) fn state_mut(&mut self, i: usize) -> &mut S {
+        &mut self.slots[i].state
+    }
+
+    /// Records that an entry now expires at `idle_at` (after a change to its state), or at
+    /// least not before. After an admitted request, `now + reset_after` is exactly the
+    /// state's `idle_at` (or less, if the clock stepped back), which saves computing it.
+    #[inline]
+    pub(crate) fn note_idle_at(&mut self, idle_at: Micros) {
+        self.min_idle = self.min_idle.min(idle_at);
+        self.pending_min = self.pending_min.min(idle_at);
+    }
+
+    /// Inserts `fp` (not present) with a fresh state; the caller made room (`len < max_len`).
+    pub(crate) fn insert(&mut self, fp: Fingerprint) -> usize {
+        debug_assert!(self.len < self.max_len.max(1));
+        if (self.len + 1) * LOAD_DEN > self.slots.len() * LOAD_NUM {
+            self.grow();
+        }
+        let mut i = fp.home(self.slots.len());
+        while self.slots[i].tag != 0 {
+            i = self.next(i);
+        }
+        self.slots[i] = Slot {
+            tag: fp.bits() | REFERENCED,
+            state: S::default(),
+        };
+        self.len += 1;
+        i
+    }
+
+    /// Grows by half (not doubling: the load stays between 7/12 and 7/8, so memory per key
+    /// stays within 1.5× of the minimum), never beyond what `max_len` entries need.
+    fn grow(&mut self) {
+        let wanted = (self.slots.len() + self.slots.len() / 2).max(MIN_SLOTS);
+        let size = wanted
+            .min(slots_for(self.max_len))
+            .max(slots_for(self.len + 1));
+        let old = std::mem::replace(
+            &mut self.slots,
+            std::iter::repeat_with(Slot::default).take(size).collect(),
+        );
+        for slot in old.into_vec() {
+            if slot.tag != 0 {
+                let mut i = Fingerprint::from_tag(slot.tag).home(size);
+                while self.slots[i].tag != 0 {
+                    i = self.next(i);
+                }
+                self.slots[i] = slot;
+            }
+        }
+        // Positions changed: restart both walks; `min_idle` is still a valid bound.
+        self.sweep = 0;
+        self.clock = 0;
+        self.pending_min = self.min_idle;
+    }
+
+    /// Removes the entry in slot `i`, shifting the probe run behind it back.
+    pub(crate) fn remove_at(&mut self, mut i: usize, idle_at: impl Fn(&S) -> Micros) {
+        self.slots[i] = Slot::default();
+        self.len -= 1;
+        let n = self.slots.len();
+        let mut j = self.next(i);
+        while self.slots[j].tag != 0 {
+            let home = Fingerprint::from_tag(self.slots[j].tag).home(n);
+            // Entry j may move to i if i lies on its probe path [home, j).
+            if (j + n - home) % n >= (j + n - i) % n {
+                self.slots.swap(i, j);
+                // It may have jumped over the sweep hand: keep it in the bound.
+                let t = idle_at(&self.slots[i].state);
+                self.pending_min = self.pending_min.min(t);
+                i = j;
+            }
+            j = self.next(j);
+        }
+    }
+
+    /// Removes `fp` if present.
+    pub(crate) fn remove(&mut self, fp: Fingerprint, idle_at: impl Fn(&S) -> Micros) -> bool {
+        match self.find(fp) {
+            Some(i) => {
+                self.remove_at(i, idle_at);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Advances the sweep hand by up to `steps` slots, dropping expired entries. Returns how
+    /// many were dropped. Does nothing while `now < min_idle` (nothing can be expired).
+    pub(crate) fn sweep(
+        &mut self,
+        now: Micros,
+        steps: usize,
+        idle_at: impl Fn(&S) -> Micros + Copy,
+    ) -> usize {
+        if self.len == 0 || now < self.min_idle {
+            return 0;
+        }
+        let mut dropped = 0;
+        for _ in 0..steps {
+            if self.step(now, idle_at) {
+                dropped += 1;
+            }
+        }
+        dropped
+    }
+
+    /// Drops one expired entry if there is any (scanning up to a full turn). Returns whether
+    /// one was dropped. A full turn without one refreshes `min_idle`, so the next call
+    /// answers at once until some entry can have expired.
+    pub(crate) fn drop_expired(
+        &mut self,
+        now: Micros,
+        idle_at: impl Fn(&S) -> Micros + Copy,
+    ) -> bool {
+        if self.len == 0 || now < self.min_idle {
+            return false;
+        }
+        for _ in 0..self.slots.len() {
+            if self.step(now, idle_at) {
+                return true;
+            }
+        }
+        false
+    }
+
+    /// One sweep step; returns whether it dropped an entry (the hand then stays, as the
+    /// next entry shifted into its slot).
+    fn step(&mut self, now: Micros, idle_at: impl Fn(&S) -> Micros + Copy) -> bool {
+        let i = self.sweep;
+        if self.slots[i].tag != 0 {
+            let t = idle_at(&self.slots[i].state);
+            if t <= now {
+                self.remove_at(i, idle_at);
+                return true;
+            }
+            self.pending_min = self.pending_min.min(t);
+        }
+        self.sweep = self.next(i);
+        if self.sweep == 0 {
+            self.min_idle = self.pending_min;
+            self.pending_min = Micros::MAX;
+        }
+        false
+    }
+
+    /// Drops the CLOCK victim: the first entry after the hand whose reference bit is clear
+    /// (clearing bits on the way), skipping `protected` fingerprints. Returns whether one
+    /// was dropped (false only when every entry is protected).
+    pub(crate) fn drop_clock_victim(
+        &mut self,
+        protected: impl Fn(Fingerprint) -> bool,
+        idle_at: impl Fn(&S) -> Micros,
+    ) -> bool {
+        // Two turns: the first may only clear reference bits.
+        for _ in 0..2 * self.slots.len() {
+            let i = self.clock;
+            self.clock = self.next(i);
+            let tag = self.slots[i].tag;
+            if tag == 0 || protected(Fingerprint::from_tag(tag)) {
+                continue;
+            }
+            if tag & REFERENCED != 0 {
+                self.slots[i].tag = tag & !REFERENCED;
+                continue;
+            }
+            self.remove_at(i, idle_at);
+            return true;
+        }
+        false
+    }
+}

@@ -1,0 +1,256 @@
+//! Shards: how `max_keys` is split, and the store's shard, which holds every policy's
+//! states for the keys that hash to it, so that one lock covers all policies of one key.
+
+use std::ops::{Deref, DerefMut};
+
+use crate::clock::Micros;
+use crate::decision::Decision;
+use crate::policy::Policy;
+
+use super::fingerprint::Fingerprint;
+use super::registry::PolicyRef;
+use super::typed::{PolicyTable, table_for};
+
+/// Most shards a store or limiter uses.
+const MAX_SHARDS: usize = 256;
+/// Keys per shard the sharding aims for, at least (a shard is evicted from on its own).
+const KEYS_PER_SHARD: usize = 256;
+/// Sweep steps each operation gives to the tables it touched.
+pub(crate) const SWEEP_STEPS: usize = 2;
+
+/// Shards for a bound of `max_keys`: a power of two, up to 256, each holding at least 256
+/// keys where `max_keys` allows.
+pub(crate) fn shard_count(max_keys: usize) -> usize {
+    (max_keys / KEYS_PER_SHARD)
+        .next_power_of_two()
+        .clamp(1, MAX_SHARDS)
+}
+
+/// The bound of shard `i` of `shards`: `max_keys` split evenly, the remainder to the first.
+/// The bounds add up to `max_keys` exactly.
+pub(crate) fn shard_cap(max_keys: usize, shards: usize, i: usize) -> usize {
+    max_keys / shards + usize::from(i < max_keys % shards)
+}
+
+/// Aligns a shard to its own cache lines (two, for adjacent-line prefetch), so that threads
+/// working on neighbouring shards do not share a line.
+#[repr(align(128))]
+#[derive(Debug, Default)]
+pub(crate) struct Padded<T>(pub(crate) T);
+
+impl<T> Deref for Padded<T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        &self.0
+    }
+}
+
+impl<T> DerefMut for Padded<T> {
+    fn deref_mut(&mut self) -> &mut T {
+        &mut self.0
+    }
+}
+
+/// One policy's state of one key, as a shard sees it.
+#[derive(Clone, Copy)]
+pub(crate) struct Target<'a> {
+    /// The policy's place in the registry.
+    pub(crate) r: PolicyRef,
+    /// The policy.
+    pub(crate) policy: &'a Policy,
+    /// The key.
+    pub(crate) fp: Fingerprint,
+}
+
+/// One table per policy (by registry index) for the keys of this shard, and their count.
+pub(crate) struct StoreShard {
+    tables: Vec<Option<(u64, Box<dyn PolicyTable>)>>,
+    count: usize,
+    cap: usize,
+}
+
+impl StoreShard {
+    pub(crate) fn new(cap: usize) -> Self {
+        StoreShard {
+            tables: Vec::new(),
+            count: 0,
+            cap: cap.max(1),
+        }
+    }
+
+    /// Keys tracked in this shard, over all policies.
+    pub(crate) fn count(&self) -> usize {
+        self.count
+    }
+
+    /// Bytes of slots allocated, over all policies.
+    pub(crate) fn allocated_bytes(&self) -> usize {
+        self.tables
+            .iter()
+            .flatten()
+            .map(|(_, t)| t.allocated_bytes())
+            .sum()
+    }
+
+    /// The table of `r`, created on first use. `None` when `r` is stale: its policy was
+    /// dropped by a reload and its index reused by a newer one while this request was on
+    /// its way; such a request is decided on a fresh state and changes nothing.
+    fn table(&mut self, r: &PolicyRef, policy: &Policy) -> Option<&mut Box<dyn PolicyTable>> {
+        if self.tables.len() <= r.index {
+            self.tables.resize_with(r.index + 1, || None);
+        }
+        let slot = &mut self.tables[r.index];
+        match slot {
+            Some((id, _)) if *id > r.id => return None,
+            Some((id, old)) if *id < r.id => {
+                self.count -= old.len();
+                *slot = None;
+            }
+            _ => {}
+        }
+        let (_, table) = slot.get_or_insert_with(|| (r.id, table_for(policy, self.cap)));
+        Some(table)
+    }
+
+    /// Decides one policy's part without changing any state.
+    pub(crate) fn evaluate(&mut self, t: Target<'_>, now: Micros, cost: u64) -> Decision {
+        let budget = t.policy.delay_budget();
+        match self.table(&t.r, t.policy) {
+            Some(table) => table.evaluate(t.fp, now, cost, budget),
+            None => table_for(t.policy, 1).evaluate(t.fp, now, cost, budget),
+        }
+    }
+
+    /// Consumes `cost` for one policy, making room first when the key is new and the shard
+    /// full. `protected(index, fp)` names the entries of the request in progress, which
+    /// must not be evicted to make room for each other.
+    pub(crate) fn commit(
+        &mut self,
+        t: Target<'_>,
+        now: Micros,
+        cost: u64,
+        decided: &Decision,
+        protected: &dyn Fn(usize, Fingerprint) -> bool,
+    ) {
+        if cost == 0 {
+            return;
+        }
+        let full = self.count >= self.cap;
+        let Some(table) = self.table(&t.r, t.policy) else {
+            return;
+        };
+        if full && !table.contains(t.fp) && !self.make_room(now, protected) {
+            // Every state here belongs to this very request (a bound below its number of
+            // policies): the bound wins, this state is not tracked.
+            return;
+        }
+        if let Some(table) = self.table(&t.r, t.policy)
+            && table.commit(t.fp, now, cost, decided)
+        {
+            self.count += 1;
+        }
+    }
+
+    /// Evicts one entry: an expired one of any policy if there is one (it is identical to
+    /// a fresh key, so nothing is lost), else the CLOCK victim of the policy with the most
+    /// keys in this shard. Fails only if every entry belongs to the request in progress.
+    fn make_room(&mut self, now: Micros, protected: &dyn Fn(usize, Fingerprint) -> bool) -> bool {
+        for (_, table) in self.tables.iter_mut().flatten() {
+            if table.drop_expired(now) {
+                self.count -= 1;
+                return true;
+            }
+        }
+        let largest = self
+            .tables
+            .iter()
+            .enumerate()
+            .filter_map(|(i, t)| t.as_ref().map(|(_, t)| (t.len(), i)))
+            .max();
+        if let Some((_, index)) = largest
+            && let Some((_, table)) = &mut self.tables[index]
+            && table.drop_clock_victim(&|fp| protected(index, fp))
+        {
+            self.count -= 1;
+            return true;
+        }
+        false
+    }
+
+    /// Gives back `cost` for one policy.
+    pub(crate) fn refund(&mut self, t: Target<'_>, now: Micros, cost: u64) {
+        if let Some(table) = self.table(&t.r, t.policy) {
+            table.refund(t.fp, now, cost);
+        }
+    }
+
+    /// Forgets one policy's state of a key.
+    pub(crate) fn remove(&mut self, t: Target<'_>) {
+        if let Some(table) = self.table(&t.r, t.policy)
+            && table.remove(t.fp)
+        {
+            self.count -= 1;
+        }
+    }
+
+    /// Incremental expiry on one policy's table.
+    pub(crate) fn sweep(&mut self, index: usize, now: Micros) {
+        if let Some(Some((_, table))) = self.tables.get_mut(index) {
+            self.count -= table.sweep(now, SWEEP_STEPS);
+        }
+    }
+
+    /// Drops the table at `index` if it still belongs to policy `id` (after a reload).
+    pub(crate) fn drop_policy(&mut self, index: usize, id: u64) {
+        if let Some(slot) = self.tables.get_mut(index)
+            && matches!(slot, Some((held, _)) if *held == id)
+            && let Some((_, table)) = slot.take()
+        {
+            self.count -= table.len();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::AlgorithmKind;
+    use crate::memory::fingerprint::KeyHasher;
+
+    /// A full shard of 63 live states and one expired state: a new key evicts the expired
+    /// one, although the CLOCK alone would almost surely pick a live one (every reference
+    /// bit is set, so its victim is simply the first slot).
+    #[test]
+    fn make_room_takes_expired_state_first() {
+        let t0 = 1_700_000_000_000_000;
+        let policy = Policy::builder("p", AlgorithmKind::Gcra, 1, Duration::from_secs(10))
+            .build()
+            .unwrap();
+        let hasher = KeyHasher::new();
+        let mut shard = StoreShard::new(64);
+        let r = PolicyRef { index: 0, id: 1 };
+        let target = |key: &str| Target {
+            r,
+            policy: &policy,
+            fp: hasher.fingerprint(key),
+        };
+        let add = |shard: &mut StoreShard, key: &str, now: Micros| {
+            let d = shard.evaluate(target(key), now, 1);
+            assert!(d.allowed);
+            shard.commit(target(key), now, 1, &d, &|_, _| false);
+        };
+        add(&mut shard, "expired", t0 - 60_000_000);
+        for i in 0..63 {
+            add(&mut shard, &format!("live-{i}"), t0);
+        }
+        assert_eq!(shard.count(), 64);
+        add(&mut shard, "new", t0);
+        assert_eq!(shard.count(), 64);
+        for i in 0..63 {
+            let d = shard.evaluate(target(&format!("live-{i}")), t0, 0);
+            assert_eq!(d.remaining, 0, "live-{i} was evicted");
+        }
+    }
+}

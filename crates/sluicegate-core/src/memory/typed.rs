@@ -1,0 +1,132 @@
+//! [`TypedTable`]: one policy's [`RawTable`] together with its algorithm, behind the
+//! object-safe [`PolicyTable`] so that one store shard can hold every policy's states.
+
+use crate::algorithm::Algorithm;
+use crate::clock::Micros;
+use crate::decision::Decision;
+use crate::policy::Policy;
+
+use super::fingerprint::Fingerprint;
+use super::raw::RawTable;
+
+/// One policy's states in one shard, whatever its algorithm.
+pub(crate) trait PolicyTable: Send {
+    /// Decides for `fp` without changing its state (a hit only marks it recently used).
+    fn evaluate(
+        &mut self,
+        fp: Fingerprint,
+        now: Micros,
+        cost: u64,
+        max_delay: Option<Micros>,
+    ) -> Decision;
+    /// Whether `fp` is tracked.
+    fn contains(&mut self, fp: Fingerprint) -> bool;
+    /// Consumes `cost` (> 0) for `fp`, inserting it if new; returns whether it was inserted.
+    /// `decided` is what [`PolicyTable::evaluate`] said at this `now`. The caller has made
+    /// room for an insertion.
+    fn commit(&mut self, fp: Fingerprint, now: Micros, cost: u64, decided: &Decision) -> bool;
+    /// Gives back `cost` for `fp`, if tracked.
+    fn refund(&mut self, fp: Fingerprint, now: Micros, cost: u64);
+    /// Forgets `fp`; returns whether it was tracked.
+    fn remove(&mut self, fp: Fingerprint) -> bool;
+    /// Entries held.
+    fn len(&self) -> usize;
+    /// A few incremental expiry steps; returns how many entries were dropped.
+    fn sweep(&mut self, now: Micros, steps: usize) -> usize;
+    /// Drops one expired entry if there is any.
+    fn drop_expired(&mut self, now: Micros) -> bool;
+    /// Drops the least-recently-used approximation (CLOCK), sparing `protected`.
+    fn drop_clock_victim(&mut self, protected: &dyn Fn(Fingerprint) -> bool) -> bool;
+    /// Bytes of slots allocated.
+    fn allocated_bytes(&self) -> usize;
+}
+
+/// A [`PolicyTable`] for one algorithm.
+pub(crate) struct TypedTable<A: Algorithm> {
+    alg: A,
+    raw: RawTable<A::State>,
+}
+
+impl<A: Algorithm> TypedTable<A> {
+    pub(crate) fn new(alg: A, max_len: usize) -> Self {
+        TypedTable {
+            alg,
+            raw: RawTable::new(max_len),
+        }
+    }
+}
+
+/// A boxed table for `policy`'s algorithm, holding at most `max_len` entries.
+pub(crate) fn table_for(policy: &Policy, max_len: usize) -> Box<dyn PolicyTable> {
+    crate::with_algorithm!(policy, |alg| Box::new(TypedTable::new(alg, max_len))
+        as Box<dyn PolicyTable>)
+}
+
+impl<A: Algorithm> PolicyTable for TypedTable<A> {
+    fn evaluate(
+        &mut self,
+        fp: Fingerprint,
+        now: Micros,
+        cost: u64,
+        max_delay: Option<Micros>,
+    ) -> Decision {
+        match self.raw.find(fp) {
+            Some(i) => self.alg.evaluate(self.raw.state(i), now, cost, max_delay),
+            None => self
+                .alg
+                .evaluate(&A::State::default(), now, cost, max_delay),
+        }
+    }
+
+    fn contains(&mut self, fp: Fingerprint) -> bool {
+        self.raw.find(fp).is_some()
+    }
+
+    fn commit(&mut self, fp: Fingerprint, now: Micros, cost: u64, decided: &Decision) -> bool {
+        let (i, inserted) = match self.raw.find(fp) {
+            Some(i) => (i, false),
+            None => (self.raw.insert(fp), true),
+        };
+        self.alg.consume(self.raw.state_mut(i), now, cost);
+        self.raw
+            .note_idle_at(now.saturating_add(decided.reset_after));
+        inserted
+    }
+
+    fn refund(&mut self, fp: Fingerprint, now: Micros, cost: u64) {
+        if let Some(i) = self.raw.find(fp) {
+            let state = self.raw.state_mut(i);
+            self.alg.refund(state, now, cost);
+            let idle = self.alg.idle_at(state);
+            self.raw.note_idle_at(idle);
+        }
+    }
+
+    fn remove(&mut self, fp: Fingerprint) -> bool {
+        let alg = &self.alg;
+        self.raw.remove(fp, |s| alg.idle_at(s))
+    }
+
+    fn len(&self) -> usize {
+        self.raw.len()
+    }
+
+    fn sweep(&mut self, now: Micros, steps: usize) -> usize {
+        let alg = &self.alg;
+        self.raw.sweep(now, steps, |s| alg.idle_at(s))
+    }
+
+    fn drop_expired(&mut self, now: Micros) -> bool {
+        let alg = &self.alg;
+        self.raw.drop_expired(now, |s| alg.idle_at(s))
+    }
+
+    fn drop_clock_victim(&mut self, protected: &dyn Fn(Fingerprint) -> bool) -> bool {
+        let alg = &self.alg;
+        self.raw.drop_clock_victim(protected, |s| alg.idle_at(s))
+    }
+
+    fn allocated_bytes(&self) -> usize {
+        self.raw.allocated_bytes()
+    }
+}

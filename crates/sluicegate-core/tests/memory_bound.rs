@@ -1,0 +1,159 @@
+//! The in-memory store stays within `max_keys`, evicts expired state before live state,
+//! reclaims expired state without pressure, and keeps unchanged policies across reloads.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use sluicegate_core::algorithm::{Gcra, Quota};
+use sluicegate_core::memory::KeyedLimiter;
+use sluicegate_core::{AlgorithmKind, CheckRequest, KeyedCheck, ManualClock, MemoryStore, Policy};
+
+const T0: u64 = 1_700_000_000_000_000;
+
+fn policy(name: &str, kind: AlgorithmKind, limit: u64, period: Duration) -> Arc<Policy> {
+    Arc::new(Policy::builder(name, kind, limit, period).build().unwrap())
+}
+
+fn remaining(store: &MemoryStore<ManualClock>, p: &Arc<Policy>, key: &str) -> u64 {
+    store
+        .check_keyed_now(&[KeyedCheck::new(p, key, 0)])
+        .unwrap()
+        .decisions[0]
+        .decision
+        .remaining
+}
+
+#[test]
+fn ten_times_max_keys_stay_within_max_keys() {
+    for max_keys in [1, 7, 1000, 5000] {
+        let store = MemoryStore::with_clock(max_keys, ManualClock::new(T0));
+        let policies: Vec<Arc<Policy>> = AlgorithmKind::ALL
+            .iter()
+            .map(|&kind| policy(kind.name(), kind, 5, Duration::from_secs(60)))
+            .collect();
+        for i in 0..10 * max_keys {
+            let key = format!("10.{}.{}.{}", i >> 16, (i >> 8) & 255, i & 255);
+            // Each key under two of the policies, so the bound counts (policy, key) states.
+            let pair = [
+                Arc::clone(&policies[i % 6]),
+                Arc::clone(&policies[(i + 1) % 6]),
+            ];
+            store.check_now(CheckRequest::new(&pair, &key, 1)).unwrap();
+            assert!(store.len() <= max_keys, "{} > {max_keys}", store.len());
+        }
+        assert_eq!(store.len(), max_keys, "a full store stays full");
+    }
+}
+
+#[test]
+fn keyed_limiter_stays_within_max_keys() {
+    let p = Policy::builder("p", AlgorithmKind::Gcra, 5, Duration::from_secs(60))
+        .build()
+        .unwrap();
+    let limiter = KeyedLimiter::with_max_keys(Gcra::from(Quota::from(&p)), p, 3000);
+    for i in 0..30_000 {
+        limiter.check(&format!("key-{i}"), T0, 1);
+    }
+    assert_eq!(limiter.len(), 3000);
+}
+
+#[test]
+fn expired_state_is_evicted_before_live_state() {
+    let clock = ManualClock::new(T0);
+    let store = MemoryStore::with_clock(1000, clock.clone());
+    // One request a key keeps its state for 10 s.
+    let p = policy("p", AlgorithmKind::Gcra, 1, Duration::from_secs(10));
+    let one = [Arc::clone(&p)];
+    let check = |key: &str| store.check_now(CheckRequest::new(&one, key, 1)).unwrap();
+    // A: fills the store (and overflows it), live until T0 + 10 s.
+    for i in 0..2000 {
+        check(&format!("a-{i}"));
+    }
+    assert_eq!(store.len(), 1000);
+    // B: at 5 s, live until 15 s; evicts some A (all live: the least recently used go).
+    clock.advance(Duration::from_secs(5));
+    for i in 0..300 {
+        assert!(check(&format!("b-{i}")).allowed);
+    }
+    // C: at 12 s every A is expired and every B still live: only A may go.
+    clock.advance(Duration::from_secs(7));
+    for i in 0..300 {
+        assert!(check(&format!("c-{i}")).allowed);
+    }
+    // Under 1000: the sweep also reclaims expired A states on its own.
+    assert!(store.len() <= 1000);
+    for i in 0..300 {
+        assert_eq!(
+            remaining(&store, &p, &format!("b-{i}")),
+            0,
+            "b-{i} was evicted while live"
+        );
+        assert_eq!(remaining(&store, &p, &format!("c-{i}")), 0);
+    }
+}
+
+#[test]
+fn expired_state_is_reclaimed_without_pressure() {
+    let clock = ManualClock::new(T0);
+    let store = MemoryStore::with_clock(100_000, clock.clone());
+    let p = policy("p", AlgorithmKind::TokenBucket, 10, Duration::from_secs(1));
+    let one = [Arc::clone(&p)];
+    for i in 0..500 {
+        store
+            .check_now(CheckRequest::new(&one, &format!("old-{i}"), 1))
+            .unwrap();
+    }
+    assert_eq!(store.len(), 500);
+    // Long after they expired, ordinary traffic on a few other keys sweeps them away.
+    clock.advance(Duration::from_secs(60));
+    for i in 0..20_000 {
+        store
+            .check_now(CheckRequest::new(&one, &format!("new-{}", i % 10), 1))
+            .unwrap();
+    }
+    assert!(store.len() < 500, "{} states left", store.len());
+}
+
+#[test]
+fn retain_policies_keeps_unchanged_policies() {
+    let store = MemoryStore::with_clock(1000, ManualClock::new(T0));
+    let kept = policy(
+        "kept",
+        AlgorithmKind::FixedWindow,
+        5,
+        Duration::from_secs(60),
+    );
+    let changed = policy(
+        "changed",
+        AlgorithmKind::FixedWindow,
+        5,
+        Duration::from_secs(60),
+    );
+    let both = [Arc::clone(&kept), Arc::clone(&changed)];
+    store.check_now(CheckRequest::new(&both, "k", 2)).unwrap();
+    assert_eq!(store.len(), 2);
+    // The reload: `kept` is unchanged (an equal, freshly parsed policy), `changed` changed.
+    let kept_again = policy(
+        "kept",
+        AlgorithmKind::FixedWindow,
+        5,
+        Duration::from_secs(60),
+    );
+    let changed_now = policy(
+        "changed",
+        AlgorithmKind::FixedWindow,
+        6,
+        Duration::from_secs(60),
+    );
+    store.retain_policies(&[Arc::clone(&kept_again), Arc::clone(&changed_now)]);
+    assert_eq!(store.len(), 1);
+    assert_eq!(remaining(&store, &kept_again, "k"), 3, "kept its state");
+    assert_eq!(remaining(&store, &changed_now, "k"), 6, "starts fresh");
+    // The old definition is gone too, and its index is reused safely.
+    let newer = policy("newer", AlgorithmKind::Gcra, 4, Duration::from_secs(60));
+    store
+        .check_now(CheckRequest::new(&[Arc::clone(&newer)], "k", 1))
+        .unwrap();
+    assert_eq!(remaining(&store, &newer, "k"), 3);
+    assert_eq!(remaining(&store, &kept_again, "k"), 3);
+}

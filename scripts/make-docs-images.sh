@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Regenerates the simulated charts of docs/choosing-an-algorithm.md and docs/simulate.md
+# with the release binary: docs/img/*.svg, and each run's summary table as docs/img/*.txt.
+# The simulator is deterministic (Poisson arrivals are seeded), so unchanged algorithms
+# give byte-identical files. Usage: scripts/make-docs-images.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+cargo build --release --quiet --bin sluicegate
+bin="${CARGO_TARGET_DIR:-target}/release/sluicegate"
+out=docs/img
+
+run() {
+  local name=$1
+  shift
+  echo "== $name: sluicegate simulate $*"
+  "$bin" simulate "$@" --out "$out/$name.svg" | sed '/^wrote /d' | tee "$out/$name.txt"
+}
+
+# A fixed window lets 2 × limit through across a window boundary; the sliding ones do not.
+run boundary-burst \
+  --algorithm fixed_window,sliding_window,sliding_log \
+  --limit 10 --period 1m --pattern boundary --duration 3m
+
+# A bursty API client: clumps of 40 requests every 5 s (8/s on average) against
+# 10 requests a second with bursts of 20, every algorithm rejecting.
+run bursty-client \
+  --algorithm all --limit 10 --period 1s --burst 20 \
+  --pattern burst --size 40 --rate 8 --duration 30s
+
+# The same client throttled instead: the buckets in delay mode, waiting up to 2 s.
+run bursty-client-delay \
+  --algorithm token_bucket,leaky_bucket,gcra --limit 10 --period 1s --burst 20 \
+  --mode delay --max-delay 2s --pattern burst --size 40 --rate 8 --duration 30s
+
+# Poisson arrivals at 1.5 × the limit for an hour: long-run admission and state size.
+run poisson-hour \
+  --algorithm all --limit 100 --period 1s \
+  --pattern poisson --rate 150 --duration 1h --seed 1
+
+# The same client at 0.9 × the limit: the windows reject some of its natural bursts.
+run poisson-under-limit \
+  --algorithm all --limit 100 --period 1s \
+  --pattern poisson --rate 90 --duration 1h --seed 1
