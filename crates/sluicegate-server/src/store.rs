@@ -114,7 +114,7 @@ impl<S: Store> Store for Timed<S> {
     ) -> BoxFuture<'a, Result<Verdict, StoreError>> {
         Box::pin(async move {
             let started = Instant::now();
-            let result = self.0.check_keyed(items).await;
+            let result = self.inner.check_keyed(items).await;
             self.record(started, &result);
             result
         })
