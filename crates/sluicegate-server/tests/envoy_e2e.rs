@@ -38,11 +38,17 @@ impl Drop for Sluicegate {
 /// Waits until `port` accepts connections.
 async fn wait_listening(port: u16, child: &mut Child) {
     let deadline = Instant::now() + Duration::from_secs(30);
-    while tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_err() {
+    while tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .is_err()
+    {
         if let Ok(Some(status)) = child.try_wait() {
             panic!("sluicegate exited with {status}");
         }
-        assert!(Instant::now() < deadline, "sluicegate did not listen on {port}");
+        assert!(
+            Instant::now() < deadline,
+            "sluicegate did not listen on {port}"
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
@@ -89,11 +95,21 @@ config = "ratelimit.yaml"
     let (admin, open, closed) = (free_port(), free_port(), free_port());
     let ratelimit = format!("127.0.0.1:{grpc}").parse().unwrap();
     let bootstrap_path = dir.path().join("envoy.yaml");
-    std::fs::write(&bootstrap_path, bootstrap(admin, open, closed, upstream, ratelimit, "e2e")).unwrap();
+    std::fs::write(
+        &bootstrap_path,
+        bootstrap(admin, open, closed, upstream, ratelimit, "e2e"),
+    )
+    .unwrap();
     let envoy = Envoy::start(&envoy_bin, &bootstrap_path, admin, dir.path()).await;
 
     let client = reqwest::Client::new();
-    let user = format!("u{}", SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_nanos());
+    let user = format!(
+        "u{}",
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap()
+            .as_nanos()
+    );
     let get = |port: u16| {
         client
             .get(format!("http://127.0.0.1:{port}/"))
@@ -131,16 +147,29 @@ config = "ratelimit.yaml"
             assert_eq!(r.headers()["ratelimit-limit"], "4");
             break;
         }
-        assert!(Instant::now() < deadline, "the edited ratelimit.yaml was not applied");
+        assert!(
+            Instant::now() < deadline,
+            "the edited ratelimit.yaml was not applied"
+        );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 
     // Sluicegate gone: each listener follows its own failure_mode_deny.
     drop(sluicegate);
     let r = get(open).await.unwrap();
-    assert_eq!(r.status(), 200, "fail open; envoy log:\n{}", envoy.log_text());
+    assert_eq!(
+        r.status(),
+        200,
+        "fail open; envoy log:\n{}",
+        envoy.log_text()
+    );
     let r = get(closed).await.unwrap();
-    assert_eq!(r.status(), 500, "fail closed; envoy log:\n{}", envoy.log_text());
+    assert_eq!(
+        r.status(),
+        500,
+        "fail closed; envoy log:\n{}",
+        envoy.log_text()
+    );
 }
 
 #[test]
@@ -170,7 +199,11 @@ policies = ["per_ip", "missing"]
 "#,
     )
     .unwrap();
-    let out = Command::new(BIN).args(["validate", "--config"]).arg(&toml).output().unwrap();
+    let out = Command::new(BIN)
+        .args(["validate", "--config"])
+        .arg(&toml)
+        .output()
+        .unwrap();
     let text = format!(
         "{}{}",
         String::from_utf8_lossy(&out.stdout),
@@ -178,18 +211,35 @@ policies = ["per_ip", "missing"]
     );
     assert_eq!(out.status.code(), Some(1), "{text}");
     assert!(text.contains("ratelimit.yaml:3:"), "{text}");
-    assert!(text.contains("invalid rate limit unit \"fortnight\""), "{text}");
-    assert!(text.contains("envoy.rules[0]: unknown policy \"missing\""), "{text}");
+    assert!(
+        text.contains("invalid rate limit unit \"fortnight\""),
+        "{text}"
+    );
+    assert!(
+        text.contains("envoy.rules[0]: unknown policy \"missing\""),
+        "{text}"
+    );
 
     std::fs::write(
         dir.path().join("ratelimit.yaml"),
         "domain: e2e\ndescriptors:\n  - key: user\n    rate_limit: {unit: day, requests_per_unit: 1}\n",
     )
     .unwrap();
-    let fixed = std::fs::read_to_string(&toml).unwrap().replace(", \"missing\"", "");
+    let fixed = std::fs::read_to_string(&toml)
+        .unwrap()
+        .replace(", \"missing\"", "");
     std::fs::write(&toml, fixed).unwrap();
-    let out = Command::new(BIN).args(["validate", "--config"]).arg(&toml).output().unwrap();
-    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = Command::new(BIN)
+        .args(["validate", "--config"])
+        .arg(&toml)
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 /// The ready-to-copy files in examples/envoy/ are valid for Sluicegate and for Envoy.
@@ -201,7 +251,12 @@ fn the_envoy_examples_are_valid() {
         .arg(examples.join("sluicegate.toml"))
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let Some(envoy) = envoy_or_skip("envoy example validation") else {
         return;
     };

@@ -736,7 +736,10 @@ impl Reader<'_> {
             listen,
             config,
             algorithm: algorithm.map(Spanned::into_inner),
-            rules: rules.as_ref().map(|r| r.get_ref().clone()).unwrap_or_default(),
+            rules: rules
+                .as_ref()
+                .map(|r| r.get_ref().clone())
+                .unwrap_or_default(),
         };
         let known: Vec<Arc<Policy>> = policies.iter().map(|(p, _)| Arc::clone(p)).collect();
         if let Err(errors) = sluicegate_envoy::EnvoyConfig::load(&section, &known, Path::new("")) {
@@ -753,7 +756,6 @@ impl Reader<'_> {
         section
     }
     // --- end [envoy] ---
-
 }
 
 /// `http://host:port[/base]` for the gateway.
