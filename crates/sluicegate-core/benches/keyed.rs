@@ -4,18 +4,25 @@
 //! Run: `cargo bench -p sluicegate-core --bench keyed -- --warm-up-time 1 --measurement-time 3`
 //! (method and results: docs/benchmarks/core.md).
 //!
-//! Every limiter allows a burst far larger than any key sees here (10^9, refilled at one an
-//! hour), so every check is admitted and every state stays live: both sides do the full
-//! admit path and neither evicts nor expires anything.
-//!
-//! Time: governor reads its default clock (quanta, the TSC) in every check; ours is given
-//! `now` by the caller, so each of our checks reads the same quanta clock and converts it
-//! to µs since the epoch. (On this machine `SystemTime::now()` costs about 90 ns, more
-//! than a whole check: callers that read the wall clock per check pay for it, see the doc.)
+//! - Every limiter allows a burst far larger than any key sees here (10^9, refilled at one
+//!   an hour): every check is admitted and every state stays live, so both sides do the
+//!   full admit path and neither evicts nor expires anything.
+//! - Keys: `n` random 64-bit ids. The access sequence is a precomputed list of ids; the
+//!   string-keyed limiters (ours, and governor with `String` keys) get the id formatted as
+//!   `client-<16 hex digits>` into a reused buffer, as a server has its key in hand;
+//!   governor with `u64` keys gets the id itself (its best case).
+//! - Time: governor reads its default clock (quanta, the TSC) in every check; ours is given
+//!   `now` by the caller, so each of our checks reads the same quanta clock and converts it
+//!   to µs since the epoch.
+//! - Besides criterion's groups (wall time), `ab_interleaved` runs all four side by side in
+//!   rotating rounds and reports thread CPU time per check, which on a shared, loaded
+//!   machine is far steadier than wall time.
 
 use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::RefCell;
 use std::hint::black_box;
 use std::num::NonZeroU32;
+use std::sync::Once;
 use std::sync::atomic::{AtomicIsize, Ordering};
 use std::time::{Duration, Instant};
 
@@ -59,25 +66,31 @@ const SIZES: [usize; 3] = [1_000, 100_000, 1_000_000];
 const ORDER: usize = 1 << 20;
 const BURST: u32 = 1_000_000_000;
 
+/// A key set: its ids, and a random access sequence over them.
 struct Keys {
-    strings: Vec<String>,
-    ints: Vec<u64>,
-    /// Random indices into the key set: the access sequence, shared by every limiter.
-    order: Vec<u32>,
+    ids: Vec<u64>,
+    order: Vec<u64>,
 }
 
 impl Keys {
     fn new(n: usize) -> Self {
         let mut rng = StdRng::seed_from_u64(n as u64);
-        let ints: Vec<u64> = (0..n).map(|_| rng.random()).collect();
-        let strings = ints.iter().map(|k| format!("client-{k:016x}")).collect();
-        let order = (0..ORDER).map(|_| rng.random_range(0..n as u32)).collect();
-        Keys {
-            strings,
-            ints,
-            order,
-        }
+        let ids: Vec<u64> = (0..n).map(|_| rng.random()).collect();
+        let order = (0..ORDER).map(|_| ids[rng.random_range(0..n)]).collect();
+        Keys { ids, order }
     }
+}
+
+/// `client-<16 hex digits>`, written into `buf`.
+#[inline]
+fn key_text(id: u64, buf: &mut [u8; 23]) -> &str {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    buf[..7].copy_from_slice(b"client-");
+    for i in 0..16 {
+        buf[7 + i] = HEX[((id >> (60 - 4 * i)) & 15) as usize];
+    }
+    // SAFETY: every byte written above is ASCII.
+    unsafe { std::str::from_utf8_unchecked(buf) }
 }
 
 fn policy(kind: AlgorithmKind) -> Policy {
@@ -91,9 +104,10 @@ fn quota() -> Quota {
     Quota::per_hour(NonZeroU32::MIN).allow_burst(NonZeroU32::new(BURST).expect("non-zero"))
 }
 
-/// The limiters under test, behind one interface: check the key at index `k`.
+/// The limiters under test, behind one interface.
 trait Subject: Sync {
-    fn check_key(&self, keys: &Keys, k: usize) -> bool;
+    /// Checks one request of the key with this id.
+    fn check_id(&self, id: u64) -> bool;
 
     /// Keys tracked.
     fn len(&self) -> usize;
@@ -101,16 +115,15 @@ trait Subject: Sync {
     /// The `i`-th check of the shared random access sequence.
     #[inline]
     fn check(&self, keys: &Keys, i: usize) -> bool {
-        self.check_key(keys, keys.order[i % ORDER] as usize)
+        self.check_id(keys.order[i % ORDER])
     }
 }
 
-/// Our limiter with the TSC clock governor uses, read per check.
+/// Our limiter, with the TSC clock governor uses, read per check.
 struct Ours<A: Algorithm> {
     limiter: KeyedLimiter<A>,
     clock: quanta::Clock,
     start: quanta::Instant,
-    epoch: Micros,
 }
 
 impl<A: Algorithm + From<Q>> Ours<A> {
@@ -122,21 +135,17 @@ impl<A: Algorithm + From<Q>> Ours<A> {
             limiter: KeyedLimiter::with_max_keys(A::from(Q::from(&policy)), policy, 2_000_000),
             start: clock.now(),
             clock,
-            epoch: 1_700_000_000_000_000,
         }
-    }
-
-    #[inline]
-    fn now(&self) -> Micros {
-        self.epoch + self.clock.now().duration_since(self.start).as_micros() as Micros
     }
 }
 
-impl<A: Algorithm + From<Q>> Subject for Ours<A> {
+impl<A: Algorithm> Subject for Ours<A> {
     #[inline]
-    fn check_key(&self, keys: &Keys, k: usize) -> bool {
-        let now = self.now();
-        self.limiter.check(&keys.strings[k], now, 1).allowed
+    fn check_id(&self, id: u64) -> bool {
+        let now: Micros = 1_700_000_000_000_000
+            + self.clock.now().duration_since(self.start).as_micros() as Micros;
+        let mut buf = [0u8; 23];
+        self.limiter.check(key_text(id, &mut buf), now, 1).allowed
     }
 
     fn len(&self) -> usize {
@@ -147,10 +156,20 @@ impl<A: Algorithm + From<Q>> Subject for Ours<A> {
 struct GovString(governor::DefaultKeyedRateLimiter<String>);
 struct GovU64(governor::DefaultKeyedRateLimiter<u64>);
 
+thread_local! {
+    /// governor looks `String` keys up by `&String`: one reused buffer per thread.
+    static KEY: RefCell<String> = RefCell::new(String::with_capacity(32));
+}
+
 impl Subject for GovString {
     #[inline]
-    fn check_key(&self, keys: &Keys, k: usize) -> bool {
-        self.0.check_key(&keys.strings[k]).is_ok()
+    fn check_id(&self, id: u64) -> bool {
+        KEY.with_borrow_mut(|key| {
+            let mut buf = [0u8; 23];
+            key.clear();
+            key.push_str(key_text(id, &mut buf));
+            self.0.check_key(key).is_ok()
+        })
     }
 
     fn len(&self) -> usize {
@@ -160,22 +179,12 @@ impl Subject for GovString {
 
 impl Subject for GovU64 {
     #[inline]
-    fn check_key(&self, keys: &Keys, k: usize) -> bool {
-        self.0.check_key(&keys.ints[k]).is_ok()
+    fn check_id(&self, id: u64) -> bool {
+        self.0.check_key(&id).is_ok()
     }
 
     fn len(&self) -> usize {
         self.0.len()
-    }
-}
-
-/// Checks every key once, so the measurement sees a limiter holding the whole key set.
-fn fill(subject: &dyn Subject, keys: &Keys) {
-    for k in 0..keys.strings.len() {
-        assert!(
-            subject.check_key(keys, k),
-            "the bench quota admits everything"
-        );
     }
 }
 
@@ -197,9 +206,12 @@ const SUBJECTS: [(&str, Make); 4] = [
     }),
 ];
 
+/// Builds a subject and checks every key once, so it holds the whole key set.
 fn build(make: Make, keys: &Keys) -> Box<dyn Subject> {
     let subject = make();
-    fill(subject.as_ref(), keys);
+    for &id in &keys.ids {
+        assert!(subject.check_id(id), "the bench quota admits everything");
+    }
     subject
 }
 
@@ -255,12 +267,13 @@ fn two_threads(c: &mut Criterion) {
 }
 
 /// Live heap bytes per tracked key after checking each of 1M keys once, printed
-/// (criterion measures time only). Keys held by the caller are not counted; keys a limiter
-/// copies (governor's `String` keys) are.
+/// (criterion measures time only). Keys a limiter copies (governor's `String` keys) count.
 fn memory(c: &mut Criterion) {
+    static ONCE: Once = Once::new();
     // A benchmark id of its own, so that a filter can leave this (slow) step out.
     c.bench_function("memory_per_key_1M", |b| {
-        report_memory();
+        // Criterion calls this closure many times; the report runs once.
+        ONCE.call_once(report_memory);
         b.iter(|| ())
     });
 }
@@ -279,5 +292,101 @@ fn report_memory() {
     }
 }
 
-criterion_group!(benches, memory, single_thread, two_threads);
+/// Rounds of the interleaved comparison, and checks per subject per round (per thread).
+const ROUNDS: usize = 21;
+const CHECKS: usize = 50_000;
+
+/// Side by side in one loop: each round runs every subject for `CHECKS` checks, in a
+/// rotating order, so that load from other processes hits all of them alike; per subject
+/// the median CPU time a check, and the median of the per-round ratios. Printed, with its
+/// own benchmark id so a filter can leave it out.
+fn interleaved(c: &mut Criterion) {
+    static ONCE: Once = Once::new();
+    c.bench_function("ab_interleaved", |b| {
+        ONCE.call_once(report_interleaved);
+        b.iter(|| ())
+    });
+}
+
+/// CPU time of the calling thread: unlike wall time, it leaves out the time other
+/// processes hold the CPU.
+fn thread_cpu() -> Duration {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    assert_eq!(rc, 0, "clock_gettime(CLOCK_THREAD_CPUTIME_ID)");
+    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+}
+
+/// CPU ns a check over `CHECKS` checks on each of `threads` threads.
+fn timed(subject: &dyn Subject, keys: &Keys, threads: usize, offset: usize) -> f64 {
+    let run = |base: usize| {
+        let start = thread_cpu();
+        for i in 0..CHECKS {
+            black_box(subject.check(keys, base + i));
+        }
+        thread_cpu() - start
+    };
+    let cpu: Duration = if threads == 1 {
+        run(offset)
+    } else {
+        std::thread::scope(|s| {
+            let handles: Vec<_> = (0..threads)
+                .map(|t| s.spawn(move || run(offset + t * (ORDER / threads))))
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| h.join().expect("bench thread"))
+                .sum()
+        })
+    };
+    cpu.as_nanos() as f64 / (CHECKS * threads) as f64
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+fn report_interleaved() {
+    for n in SIZES {
+        let keys = Keys::new(n);
+        let subjects: Vec<Box<dyn Subject>> = SUBJECTS
+            .iter()
+            .map(|(_, make)| build(*make, &keys))
+            .collect();
+        for threads in [1, 2] {
+            let mut ns: Vec<Vec<f64>> = vec![Vec::new(); SUBJECTS.len()];
+            for round in 0..ROUNDS {
+                for j in 0..SUBJECTS.len() {
+                    let k = (j + round) % SUBJECTS.len();
+                    ns[k].push(timed(subjects[k].as_ref(), &keys, threads, round * CHECKS));
+                }
+            }
+            let ratio = |ours: usize, theirs: usize| {
+                median((0..ROUNDS).map(|r| ns[theirs][r] / ns[ours][r]).collect())
+            };
+            for (k, (name, _)) in SUBJECTS.iter().enumerate() {
+                let line = format!(
+                    "ab/{n}/{threads}thread/{name}: median {:.1} CPU ns a check",
+                    median(ns[k].clone())
+                );
+                if k < 2 {
+                    println!(
+                        "{line}; throughput vs governor_string {:.2}x, vs governor_u64 {:.2}x",
+                        ratio(k, 2),
+                        ratio(k, 3)
+                    );
+                } else {
+                    println!("{line}");
+                }
+            }
+        }
+    }
+}
+
+criterion_group!(benches, memory, interleaved, single_thread, two_threads);
 criterion_main!(benches);

@@ -102,6 +102,43 @@ impl Verdict {
         )
     }
 
+    /// [`Verdict::combine`] for one policy, with one allocation (the verdict's own):
+    /// returns the verdict and whether the store must consume.
+    ///
+    /// ```
+    /// use std::{sync::Arc, time::Duration};
+    /// use sluicegate_core::{AlgorithmKind, Decision, Mode, Policy, Verdict};
+    /// let p = Arc::new(Policy::builder("p", AlgorithmKind::Gcra, 1, Duration::from_secs(1))
+    ///     .mode(Mode::Shadow).build().unwrap());
+    /// let denied = Decision::deny(1, 0, 10, 10);
+    /// let (verdict, consume) = Verdict::combine_one(Arc::clone(&p), denied);
+    /// assert!(verdict.allowed && !consume); // shadow: goes ahead, consumes nothing
+    /// assert_eq!((verdict, consume), {
+    ///     let (v, c) = Verdict::combine(vec![(p, denied)]);
+    ///     (v, c[0])
+    /// });
+    /// ```
+    pub fn combine_one(policy: Arc<Policy>, decision: Decision) -> (Verdict, bool) {
+        let enforcing = policy.mode() != Mode::Shadow;
+        let allowed = decision.allowed || !enforcing;
+        let outcome = match (decision.allowed, enforcing) {
+            (true, _) if decision.delay > 0 => Outcome::Delayed,
+            (true, _) => Outcome::Allowed,
+            (false, true) => Outcome::Denied,
+            (false, false) => Outcome::ShadowDenied,
+        };
+        let verdict = Verdict {
+            allowed,
+            delay: if allowed { decision.delay } else { 0 },
+            decisions: vec![PolicyDecision {
+                policy,
+                decision,
+                outcome,
+            }],
+        };
+        (verdict, decision.allowed)
+    }
+
     /// The verdict when the store failed: every policy answers by its `on_store_error`.
     pub fn store_failed(policies: &[Arc<Policy>]) -> Verdict {
         use crate::policy::OnStoreError;

@@ -98,7 +98,11 @@ fn multi_shard_checks_in_both_orders() {
         let (ka, kb) = (format!("a-{}", i % 7), "shared".to_string());
         let forward = [KeyedCheck::new(&a, &ka, 1), KeyedCheck::new(&b, &kb, 1)];
         let backward = [KeyedCheck::new(&b, &kb, 1), KeyedCheck::new(&a, &ka, 1)];
-        let items = if i.is_multiple_of(2) { &forward } else { &backward };
+        let items = if i.is_multiple_of(2) {
+            &forward
+        } else {
+            &backward
+        };
         store.check_keyed_now(items).unwrap().allowed
     });
     assert_eq!(admitted, 25);

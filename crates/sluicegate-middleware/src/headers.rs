@@ -386,6 +386,18 @@ mod tests {
     }
 
     #[test]
+    fn header_sets_parse_as_configured() {
+        let sets: Vec<HeaderSet> =
+            serde_json::from_str(r#"["draft-6", "ietf", "legacy"]"#).unwrap();
+        assert_eq!(
+            sets,
+            [HeaderSet::Draft6, HeaderSet::Ietf, HeaderSet::Legacy]
+        );
+        assert!(serde_json::from_str::<HeaderSet>(r#""draft-7""#).is_err());
+        assert!("x".parse::<HeaderSet>().is_err());
+    }
+
+    #[test]
     fn store_failure_sends_no_numbers() {
         let p = policy("p", 5, Duration::from_secs(1), Mode::Reject);
         let verdict = Verdict::store_failed(&[p]);

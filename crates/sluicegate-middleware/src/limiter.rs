@@ -156,7 +156,8 @@ impl RateLimiter {
         Some(self.check_key(route, key).await)
     }
 
-    /// Decides a request on `route` for an already formed client `key`.
+    /// Decides a request on `route` for an already formed client `key` (1 to 1024 bytes:
+    /// the stores refuse others, and that refusal is handled like a store failure).
     pub async fn check_key(&self, route: &Route, key: String) -> RateLimitDecision {
         let policies = route.policies();
         let request = CheckRequest::new(policies, &key, COST);

@@ -492,6 +492,15 @@ mod tests {
         let toml_like: Result<RouteSpec, _> =
             serde_json::from_str(r#"{"path": "/", "policies": ["a"], "extra": 1}"#);
         assert!(toml_like.is_err());
+        let all = RouteTable::validate(
+            &[
+                RouteSpec::new("/ok", &["a"]),
+                RouteSpec::new("/x", &["missing"]),
+                RouteSpec::new("nope", &["a"]),
+            ],
+            lookup,
+        );
+        assert_eq!(all.iter().map(|(i, _)| *i).collect::<Vec<_>>(), [1, 2]);
         let bad_key: Result<RouteSpec, _> =
             serde_json::from_str(r#"{"path": "/", "policies": ["a"], "key": "cookie"}"#);
         assert!(bad_key.is_err());

@@ -32,6 +32,9 @@ pub(crate) enum Conn {
 impl Target {
     /// Parses the configuration's URLs; opens nothing yet.
     pub(crate) fn open(config: &RedisConfig) -> Result<Target, RedisStoreError> {
+        // rustls needs a process-wide crypto provider for rediss://; the redis crate does not
+        // pick one. Installing fails harmlessly when the application already chose one.
+        let _ = rustls::crypto::ring::default_provider().install_default();
         let invalid = |url: &str, e: redis::RedisError| RedisStoreError::InvalidUrl {
             url: redact(url),
             reason: e.to_string(),
@@ -63,9 +66,13 @@ impl Target {
     pub(crate) async fn connect(&self, timeout: Duration) -> RedisResult<Conn> {
         match self {
             Target::Single(client) => {
+                // Many tasks share this one connection: a deep queue and a large write
+                // buffer let their commands go out in big pipelined writes.
                 let config = AsyncConnectionConfig::new()
                     .set_connection_timeout(Some(connect_timeout(timeout)))
-                    .set_response_timeout(None);
+                    .set_response_timeout(None)
+                    .set_pipeline_buffer_size(4096)
+                    .set_write_backpressure_boundary(256 * 1024);
                 client
                     .get_multiplexed_async_connection_with_config(&config)
                     .await

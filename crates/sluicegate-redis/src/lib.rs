@@ -5,7 +5,8 @@
 //! - **Atomic, one round trip.** Every algorithm of the core is a Lua script (one `.lua` file
 //!   each); they are built into one entry script that decides a request under any number of
 //!   policies all-or-nothing (the core's [`Verdict::combine`](sluicegate_core::Verdict::combine)
-//!   rule) in one `EVALSHA`, and a whole batch in one more.
+//!   rule) in one `EVALSHA`; a batch goes in one call too, and on a standalone server
+//!   concurrent single decisions are coalesced into shared calls (see [`MAX_IN_FLIGHT`]).
 //! - **Same decisions as the in-memory store.** Same integer-microsecond arithmetic, exact
 //!   within a documented range ([`check_policy`], [`EXACT_BOUND`]).
 //! - **The Redis server's clock** (`TIME` inside the script), never the caller's.
@@ -36,14 +37,17 @@
 
 mod breaker;
 mod cache;
+mod coalesce;
 mod config;
 mod conn;
 mod keys;
+mod link;
 mod range;
 mod script;
 mod store;
 
 pub use cache::LOCAL_CACHE_CAPACITY;
+pub use coalesce::MAX_IN_FLIGHT;
 pub use config::{RedisConfig, RedisStoreError};
 pub use keys::state_key;
 pub use range::{EXACT_BOUND, check_policy};

@@ -7,8 +7,10 @@
 //! them) and usually shrinks the products by orders of magnitude: 1,000,000 a day becomes
 //! 1 a 86,400 µs. What remains must satisfy, with `L` and `P` the reduced limit and period:
 //!
-//! - token_bucket, leaky_bucket, gcra: `burst × P ≤ 2^50`, `L ≤ 2^50`, and in delay mode
+//! - token_bucket, leaky_bucket: `burst × P ≤ 2^50`, `L ≤ 2^50`, and in delay mode
 //!   `L × max_delay ≤ 2^50`;
+//! - gcra (which works in whole µs: the emission interval `unit = ⌈period / limit⌉`):
+//!   `burst × unit ≤ 2^50` and `max_delay ≤ 2^50` µs;
 //! - fixed_window, sliding_log, sliding_window: `limit ≤ 2^50` and `period ≤ 2^50` µs (the
 //!   sliding window's products go through an exact multiply-divide).
 //!
@@ -76,6 +78,24 @@ pub(crate) fn params(policy: &Policy) -> Result<Params, RedisStoreError> {
             max_delay: -1,
         });
     }
+    if kind == AlgorithmKind::Gcra {
+        // The script receives the emission interval in the `limit` field.
+        let unit = policy.period().div_ceil(policy.limit()).max(1);
+        let tolerance = u128::from(policy.burst()) * u128::from(unit);
+        let max_delay = policy.delay_budget().map_or(-1, i128::from);
+        if !within(tolerance) || max_delay > i128::from(EXACT_BOUND) {
+            return Err(out_of_range(format!(
+                "burst × ⌈period / limit⌉ (µs) and max_delay must be at most 2^50, got {tolerance} and {max_delay}"
+            )));
+        }
+        return Ok(Params {
+            code: code(kind),
+            limit: unit,
+            period: 1,
+            burst: policy.burst(),
+            max_delay: i64::try_from(max_delay).unwrap_or(-1),
+        });
+    }
     let g = gcd(policy.limit(), policy.period()).max(1);
     let (limit, period) = (policy.limit() / g, policy.period() / g);
     let capacity = u128::from(policy.burst()) * u128::from(period);
@@ -115,7 +135,7 @@ pub(crate) fn params(policy: &Policy) -> Result<Params, RedisStoreError> {
 ///     .build()
 ///     .unwrap();
 /// assert!(sluicegate_redis::check_policy(&daily).is_ok());
-/// let odd = Policy::builder("odd", AlgorithmKind::Gcra, 7, Duration::from_secs(86_400))
+/// let odd = Policy::builder("odd", AlgorithmKind::TokenBucket, 7, Duration::from_secs(86_400))
 ///     .burst(1_000_000)
 ///     .build()
 ///     .unwrap();
@@ -157,12 +177,17 @@ mod tests {
             params(&wide),
             Err(RedisStoreError::OutOfRange { .. })
         ));
-        let delay = Policy::builder("d", AlgorithmKind::Gcra, 1 << 30, Duration::from_secs(1))
-            .burst(1)
-            .mode(Mode::Delay)
-            .max_delay(Duration::from_secs(3600))
-            .build()
-            .unwrap();
+        let delay = Policy::builder(
+            "d",
+            AlgorithmKind::LeakyBucket,
+            1 << 30,
+            Duration::from_secs(1),
+        )
+        .burst(1)
+        .mode(Mode::Delay)
+        .max_delay(Duration::from_secs(3600))
+        .build()
+        .unwrap();
         let err = params(&delay).unwrap_err().to_string();
         assert!(err.contains("max_delay"), "{err}");
     }

@@ -27,16 +27,33 @@ cleanup() {
 trap cleanup EXIT
 port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 wait_port() { for _ in $(seq 100); do (echo >/dev/tcp/127.0.0.1/$1) 2>/dev/null && return; sleep 0.1; done; echo "port $1 never opened" >&2; exit 1; }
-# wrk URL [SCRIPT] -> "rps p50 p99"
+# CPU ticks (user + system) of a process and its children threads/workers.
+ticks() {
+  local total=0 pid
+  for pid in "$@" $(for p in "$@"; do pgrep -P "$p" || true; done); do
+    [ -r "/proc/$pid/stat" ] || continue
+    total=$((total + $(awk '{print $14 + $15}' "/proc/$pid/stat")))
+  done
+  echo "$total"
+}
+# measure URL SCRIPT PID... -> "rps p50 p99 non2xx cpu_us_per_request"
+# CPU time per request is what the server itself spent (ticks of 1/CLK_TCK s): unlike
+# throughput it hardly moves when other processes load the machine.
 measure() {
-  local out
-  if [ -n "${2:-}" ]; then out=$(wrk -t"$THREADS" -c"$CONN" -d"$DUR" --latency -s "$2" "$1"); else out=$(wrk -t"$THREADS" -c"$CONN" -d"$DUR" --latency "$1"); fi
-  local rps p50 p99 errors
+  local url=$1 script=$2; shift 2
+  local before after out
+  before=$(ticks "$@")
+  if [ -n "$script" ]; then out=$(wrk -t"$THREADS" -c"$CONN" -d"$DUR" --latency -s "$script" "$url"); else out=$(wrk -t"$THREADS" -c"$CONN" -d"$DUR" --latency "$url"); fi
+  after=$(ticks "$@")
+  local rps p50 p99 errors requests
   rps=$(awk '/Requests\/sec/ {print $2}' <<<"$out")
   p50=$(awk '$1=="50%" {print $2}' <<<"$out")
   p99=$(awk '$1=="99%" {print $2}' <<<"$out")
   errors=$(awk '/Non-2xx/ {print $5}' <<<"$out")
-  echo "$rps $p50 $p99 ${errors:-0}"
+  requests=$(awk '/requests in/ {print $1}' <<<"$out")
+  local cpu
+  cpu=$(awk -v t=$((after - before)) -v n="$requests" -v hz="$(getconf CLK_TCK)" 'BEGIN {printf "%.1f", t / hz * 1e6 / n}')
+  echo "$rps $p50 $p99 ${errors:-0} $cpu"
 }
 
 P_BARE=$(port); P_API=$(port); P_UP=$(port); P_GW=$(port); P_NGX=$(port)
@@ -88,25 +105,22 @@ http {
 }
 NGX
 
-"$REL/examples/bench_peer" bare "127.0.0.1:$P_BARE" >/dev/null & PIDS+=($!)
+"$REL/examples/bench_peer" bare "127.0.0.1:$P_BARE" >/dev/null & PID_BARE=$!; PIDS+=($PID_BARE)
 "$REL/examples/bench_peer" upstream "127.0.0.1:$P_UP" >/dev/null & PIDS+=($!)
-RUST_LOG=warn "$REL/sluicegate" serve --config "$WORK/bench.toml" >/dev/null & PIDS+=($!)
-"$NGINX" -p "$WORK" -c "$WORK/nginx.conf" -e "$WORK/error.log" & PIDS+=($!)
+RUST_LOG=warn "$REL/sluicegate" serve --config "$WORK/bench.toml" >/dev/null & PID_SG=$!; PIDS+=($PID_SG)
+"$NGINX" -p "$WORK" -c "$WORK/nginx.conf" -e "$WORK/error.log" & PID_NGX=$!; PIDS+=($PID_NGX)
 for p in $P_BARE $P_API $P_UP $P_GW $P_NGX; do wait_port "$p"; done
 
-echo "machine: $(nproc) cores, $(uname -sr); wrk -t$THREADS -c$CONN -d$DUR, $ROUNDS rounds each"
+echo "machine: $(nproc) cores, $(uname -sr), load average $(cut -d' ' -f1-3 /proc/loadavg); wrk -t$THREADS -c$CONN -d$DUR, $ROUNDS rounds each"
 echo
-echo "| round | target | requests/s | p50 | p99 | non-2xx |"
-echo "|---|---|---|---|---|---|"
+echo "| round | target | requests/s | p50 | p99 | non-2xx | server CPU µs/request |"
+echo "|---|---|---|---|---|---|---|"
+row() { read -r a b c d e <<<"$2"; echo "| $1 | $3 | $a | $b | $c | $d | $e |"; }
 for r in $(seq "$ROUNDS"); do
-  read -r a b c d <<<"$(measure "http://127.0.0.1:$P_BARE/v1/check" "$HERE/check.lua")"
-  echo "| $r | bare axum POST /v1/check | $a | $b | $c | $d |"
-  read -r a b c d <<<"$(measure "http://127.0.0.1:$P_API/v1/check" "$HERE/check.lua")"
-  echo "| $r | sluicegate POST /v1/check | $a | $b | $c | $d |"
+  row "$r" "$(measure "http://127.0.0.1:$P_BARE/v1/check" "$HERE/check.lua" "$PID_BARE")" "bare axum POST /v1/check"
+  row "$r" "$(measure "http://127.0.0.1:$P_API/v1/check" "$HERE/check.lua" "$PID_SG")" "sluicegate POST /v1/check"
 done
 for r in $(seq "$ROUNDS"); do
-  read -r a b c d <<<"$(measure "http://127.0.0.1:$P_NGX/api/items")"
-  echo "| $r | nginx limit_req proxy | $a | $b | $c | $d |"
-  read -r a b c d <<<"$(measure "http://127.0.0.1:$P_GW/api/items")"
-  echo "| $r | sluicegate gateway | $a | $b | $c | $d |"
+  row "$r" "$(measure "http://127.0.0.1:$P_NGX/api/items" "" "$PID_NGX")" "nginx limit_req proxy"
+  row "$r" "$(measure "http://127.0.0.1:$P_GW/api/items" "" "$PID_SG")" "sluicegate gateway"
 done

@@ -18,7 +18,7 @@ use axum::response::{IntoResponse, Response};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
-use tokio::net::TcpListener;
+use tokio::net::TcpSocket;
 
 use crate::api::ApiError;
 use crate::state::AppState;
@@ -32,12 +32,97 @@ struct Gateway {
     client: Client<HttpConnector, Body>,
 }
 
-/// Serves the gateway on `listener` until `shutdown` resolves, then drains.
+/// The gateway's sockets: one per worker thread, all bound to the same address with
+/// `SO_REUSEPORT`, so the kernel spreads connections over the workers.
+pub struct Listeners {
+    sockets: Vec<TcpSocket>,
+    addr: SocketAddr,
+}
+
+impl Listeners {
+    /// Binds one socket per available core to `addr` (port 0: one free port for all).
+    pub fn bind(addr: SocketAddr) -> Result<Listeners, String> {
+        let workers = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let first = reuse_socket(addr)?;
+        let addr = first
+            .local_addr()
+            .map_err(|e| format!("gateway socket: {e}"))?;
+        let mut sockets = vec![first];
+        for _ in 1..workers {
+            sockets.push(reuse_socket(addr)?);
+        }
+        Ok(Listeners { sockets, addr })
+    }
+
+    /// The bound address.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+}
+
+fn reuse_socket(addr: SocketAddr) -> Result<TcpSocket, String> {
+    let socket = if addr.is_ipv4() {
+        TcpSocket::new_v4()
+    } else {
+        TcpSocket::new_v6()
+    }
+    .map_err(|e| format!("gateway socket: {e}"))?;
+    let _ = socket.set_reuseaddr(true);
+    #[cfg(unix)]
+    socket
+        .set_reuseport(true)
+        .map_err(|e| format!("gateway socket: SO_REUSEPORT: {e}"))?;
+    let _ = socket.set_nodelay(true);
+    socket
+        .bind(addr)
+        .map_err(|e| format!("cannot listen on {addr} (gateway): {e}"))?;
+    Ok(socket)
+}
+
+/// Serves the gateway until `stop` turns true, then drains.
+///
+/// Each socket gets its own thread running a single-threaded Tokio runtime with its own
+/// upstream connection pool, the way nginx runs one event loop per worker: a proxied
+/// request then never hops between threads (which costs more than the proxying itself on
+/// a small machine).
 pub async fn run(
-    listener: TcpListener,
+    listeners: Listeners,
     state: AppState,
-    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+    stop: tokio::sync::watch::Receiver<bool>,
 ) -> Result<(), String> {
+    let mut done = Vec::new();
+    for (i, socket) in listeners.sockets.into_iter().enumerate() {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let state = state.clone();
+        let stop = stop.clone();
+        std::thread::Builder::new()
+            .name(format!("gateway-{i}"))
+            .spawn(move || {
+                let result = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .map_err(|e| format!("gateway runtime: {e}"))
+                    .and_then(|rt| rt.block_on(worker(socket, state, stop)));
+                let _ = tx.send(result);
+            })
+            .map_err(|e| format!("gateway thread: {e}"))?;
+        done.push(rx);
+    }
+    for rx in done {
+        rx.await
+            .map_err(|_| "a gateway worker panicked".to_owned())??;
+    }
+    Ok(())
+}
+
+async fn worker(
+    socket: TcpSocket,
+    state: AppState,
+    stop: tokio::sync::watch::Receiver<bool>,
+) -> Result<(), String> {
+    let listener = socket
+        .listen(1024)
+        .map_err(|e| format!("gateway listen: {e}"))?;
     let mut connector = HttpConnector::new();
     connector.set_connect_timeout(Some(CONNECT_TIMEOUT));
     connector.set_nodelay(true);
@@ -51,7 +136,7 @@ pub async fn run(
         listener,
         app.into_make_service_with_connect_info::<SocketAddr>(),
     )
-    .with_graceful_shutdown(shutdown)
+    .with_graceful_shutdown(crate::serve::stopped(stop))
     .await
     .map_err(|e| format!("gateway: {e}"))
 }

@@ -73,7 +73,7 @@ async fn serve(
 
     let api = bind(config.server.listen, "API").await?;
     let gateway = match &config.gateway {
-        Some(g) => Some((bind(g.listen, "gateway").await?, g.clone())),
+        Some(g) => Some((crate::gateway::Listeners::bind(g.listen)?, g.clone())),
         None => None,
     };
 
@@ -97,16 +97,16 @@ async fn serve(
                 .map_err(|e| format!("API server: {e}"))
         }
     });
-    if let Some((listener, gateway)) = gateway {
+    if let Some((listeners, gateway)) = gateway {
         println!(
             "  gateway http://{} -> {}",
-            local(&listener),
+            listeners.local_addr(),
             gateway.upstream
         );
         tasks.spawn(crate::gateway::run(
-            listener,
+            listeners,
             state.clone(),
-            stopped(stop_rx.clone()),
+            stop_rx.clone(),
         ));
     }
     if let Some(envoy) = config.envoy.clone()

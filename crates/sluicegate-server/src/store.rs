@@ -26,7 +26,7 @@ pub async fn open(config: &StoreConfig) -> Result<OpenedStore, String> {
         Backend::Memory => {
             let memory = Arc::new(MemoryStore::new(config.max_keys));
             Ok(OpenedStore {
-                store: Arc::new(Timed(Arc::clone(&memory))),
+                store: Arc::new(Timed::new(Arc::clone(&memory))),
                 memory: Some(memory),
             })
         }
@@ -53,17 +53,30 @@ pub async fn open(config: &StoreConfig) -> Result<OpenedStore, String> {
 }
 
 /// Records `sluicegate_store_duration_seconds` and `sluicegate_store_errors_total` around a
-/// store that does not record them itself (the in-memory one).
-struct Timed<S>(S);
+/// store that does not record them itself (the in-memory one). The metric handles are
+/// looked up once (the recorder is installed before any store is opened).
+struct Timed<S> {
+    inner: S,
+    duration: metrics::Histogram,
+    errors: metrics::Counter,
+}
 
 impl<S: Store> Timed<S> {
+    fn new(inner: S) -> Self {
+        let kind = inner.kind();
+        Timed {
+            duration: metrics::histogram!(STORE_DURATION, "store" => kind),
+            errors: metrics::counter!(STORE_ERRORS, "store" => kind),
+            inner,
+        }
+    }
+
     fn record<T>(&self, started: Instant, result: &Result<T, StoreError>) {
-        metrics::histogram!(STORE_DURATION, "store" => self.0.kind())
-            .record(started.elapsed().as_secs_f64());
+        self.duration.record(started.elapsed().as_secs_f64());
         if let Err(e) = result
             && !e.is_bad_request()
         {
-            metrics::counter!(STORE_ERRORS, "store" => self.0.kind()).increment(1);
+            self.errors.increment(1);
         }
     }
 }
@@ -75,7 +88,7 @@ impl<S: Store> Store for Timed<S> {
     ) -> BoxFuture<'a, Result<Verdict, StoreError>> {
         Box::pin(async move {
             let started = Instant::now();
-            let result = self.0.check(request).await;
+            let result = self.inner.check(request).await;
             self.record(started, &result);
             result
         })
@@ -86,7 +99,7 @@ impl<S: Store> Store for Timed<S> {
     ) -> BoxFuture<'a, Vec<Result<Verdict, StoreError>>> {
         Box::pin(async move {
             let started = Instant::now();
-            let results = self.0.check_batch(requests).await;
+            let results = self.inner.check_batch(requests).await;
             let failed = match results.iter().find_map(|r| r.as_ref().err()) {
                 Some(e) => Err(e.clone()),
                 None => Ok(()),
@@ -101,7 +114,7 @@ impl<S: Store> Store for Timed<S> {
     ) -> BoxFuture<'a, Result<Verdict, StoreError>> {
         Box::pin(async move {
             let started = Instant::now();
-            let result = self.0.check_keyed(items).await;
+            let result = self.inner.check_keyed(items).await;
             self.record(started, &result);
             result
         })
@@ -112,22 +125,22 @@ impl<S: Store> Store for Timed<S> {
         key: &'a str,
         cost: u64,
     ) -> BoxFuture<'a, Result<(), StoreError>> {
-        self.0.refund(policies, key, cost)
+        self.inner.refund(policies, key, cost)
     }
     fn reset<'a>(
         &'a self,
         policy: &'a Policy,
         key: &'a str,
     ) -> BoxFuture<'a, Result<(), StoreError>> {
-        self.0.reset(policy, key)
+        self.inner.reset(policy, key)
     }
     fn ping(&self) -> BoxFuture<'_, Result<(), StoreError>> {
-        self.0.ping()
+        self.inner.ping()
     }
     fn tracked_keys(&self) -> Option<u64> {
-        self.0.tracked_keys()
+        self.inner.tracked_keys()
     }
     fn kind(&self) -> &'static str {
-        self.0.kind()
+        self.inner.kind()
     }
 }

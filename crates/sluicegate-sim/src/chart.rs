@@ -14,7 +14,7 @@ const PANEL_HEIGHT: u32 = 300;
 const TITLE_HEIGHT: u32 = 40;
 const LEGEND_HEIGHT: u32 = 24;
 
-const OFFERED: RGBColor = RGBColor(170, 170, 170);
+const OFFERED: RGBColor = RGBColor(150, 150, 150);
 const ADMITTED: RGBColor = RGBColor(31, 119, 180);
 const DELAYED: RGBColor = RGBColor(255, 127, 14);
 const IN_PERIOD: RGBColor = RGBColor(44, 160, 44);
@@ -52,7 +52,7 @@ fn draw_legend<DB: DrawingBackend>(
         Dash(RGBColor),
     }
     let mut items = vec![
-        (Mark::Fill(OFFERED.mix(0.45)), "offered"),
+        (Mark::Fill(OFFERED.mix(0.5)), "offered"),
         (Mark::Fill(ADMITTED.mix(0.6)), "admitted"),
     ];
     if delayed {
@@ -187,11 +187,10 @@ fn draw_panel<DB: DrawingBackend>(
         .map_err(chart_error)?;
 
     chart
-        .draw_series(AreaSeries::new(
-            steps(&s.offered, width),
-            0.0,
-            OFFERED.mix(0.45),
-        ))
+        .draw_series(
+            AreaSeries::new(steps(&s.offered, width), 0.0, OFFERED.mix(0.5))
+                .border_style(OFFERED.mix(0.9)),
+        )
         .map_err(chart_error)?;
     chart
         .draw_series(

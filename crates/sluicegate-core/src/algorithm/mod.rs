@@ -93,7 +93,7 @@ impl From<&Policy> for Quota {
 }
 
 /// Runs `f` with the concrete algorithm of `policy`: the one place that maps
-/// [`AlgorithmKind`] to a type, for callers that are generic over [`Algorithm`].
+/// [`AlgorithmKind`](crate::AlgorithmKind) to a type, for callers that are generic over [`Algorithm`].
 #[macro_export]
 macro_rules! with_algorithm {
     ($policy:expr, |$alg:ident| $body:expr) => {{

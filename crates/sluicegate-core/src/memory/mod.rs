@@ -34,9 +34,9 @@
 //! expired is skipped without looking. There is no stop-the-world sweep: the longest
 //! pause is one shard scanning its own slots once, under its own lock.
 //!
-//! Because the bound is per shard, eviction can start a little before the whole store holds
-//! `max_keys` states (when one shard fills before the others; about 2% early at a million
-//! keys), and never after.
+//! Because the bound is per shard, eviction can start before the whole store holds
+//! `max_keys` states, when the fullest shard fills (at about 95% of a million), and never
+//! after; offered exactly `max_keys` distinct keys, the store keeps about 99.4% of them.
 
 mod fingerprint;
 mod keyed;
@@ -156,7 +156,7 @@ impl<C: Clock> MemoryStore<C> {
         fp.shard(self.shards.len())
     }
 
-    /// One policy: one lock, no allocation but the verdict's.
+    /// One policy: one lock, one allocation (the verdict's list of decisions).
     fn decide_one(&self, item: &KeyedCheck<'_>, now: Micros) -> Verdict {
         let r = self.registry.get_or_add(item.policy);
         let fp = self.hasher.fingerprint(item.key);
@@ -167,8 +167,8 @@ impl<C: Clock> MemoryStore<C> {
             fp,
         };
         let decision = shard.evaluate(target, now, item.cost);
-        let (verdict, consume) = Verdict::combine(vec![(Arc::clone(item.policy), decision)]);
-        if consume.first() == Some(&true) {
+        let (verdict, consume) = Verdict::combine_one(Arc::clone(item.policy), decision);
+        if consume {
             shard.commit(target, now, item.cost, &decision, &|_, _| false);
         }
         shard.sweep(r.index, now);

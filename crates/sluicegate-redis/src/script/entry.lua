@@ -2,20 +2,21 @@
 -- policies, in one atomic script call. Concatenated after common.lua and the six algorithm
 -- files (see mod.rs).
 --
--- KEYS: one state key per policy item, in order.
+-- KEYS: one state key per item (a policy of a request), in order.
 -- ARGV[1]  "" to read the time from the Redis server (TIME), or a test-only time in µs
 -- ARGV[2]  "check" or "refund"
--- ARGV[3]  number of requests
--- then per request: the number of items n, then n times 7 fields:
---   algorithm (1..6), shadow (0/1), cost, limit, period, burst, max_delay (-1: no delay mode)
--- (bucket algorithms receive limit and period divided by their gcd).
+-- ARGV[3]  number of distinct policies P, then P times 6 fields:
+--          algorithm (1..6), shadow (0/1), limit, period, burst, max_delay (-1: not delay mode)
+--          (bucket algorithms receive limit and period divided by their gcd)
+-- then     the number of requests R, then per request: its number of items n, then n times
+--          2 fields: policy index (1..P), cost
 --
 -- A request goes ahead iff every enforcing (non-shadow) item admits it; then every item
 -- that admits it consumes; else nothing is consumed (sluicegate-core Verdict::combine).
 -- Reply to "check": per item 5 integers: allowed (0/1), remaining, reset_after µs,
 -- retry_after µs (-1: none), delay µs.
 
-local ALGORITHMS = { fixed_window, sliding_log, sliding_window, token_bucket, leaky_bucket, gcra }
+local CONSTRUCTORS = { fixed_window, sliding_log, sliding_window, token_bucket, leaky_bucket, gcra }
 
 local now
 if ARGV[1] ~= '' then
@@ -30,52 +31,86 @@ else
   now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
 
-local op = ARGV[2]
-local out = {}
-local k = 0
+-- The policies, each parsed once however many requests of the batch use it.
+local built = {}
+local policies = {}
 local a = 4
-for _ = 1, tonumber(ARGV[3]) do
+for p = 1, tonumber(ARGV[3]) do
+  local code = tonumber(ARGV[a])
+  local alg = built[code]
+  if not alg then
+    alg = CONSTRUCTORS[code]()
+    built[code] = alg
+  end
+  policies[p] = {
+    alg = alg,
+    shadow = ARGV[a + 1] == '1',
+    limit = tonumber(ARGV[a + 2]),
+    period = tonumber(ARGV[a + 3]),
+    burst = tonumber(ARGV[a + 4]),
+    max_delay = tonumber(ARGV[a + 5]),
+  }
+  a = a + 6
+end
+
+-- Every string state of the call in one MGET (lists, i.e. sliding logs, read as nil and
+-- are loaded by their algorithm), in slices that stay within Lua's stack.
+local values
+if #KEYS <= 200 then
+  values = redis.call('MGET', unpack(KEYS))
+else
+  values = {}
+  for from = 1, #KEYS, 200 do
+    local slice = redis.call('MGET', unpack(KEYS, from, min(from + 199, #KEYS)))
+    for i = 1, #slice do
+      values[from + i - 1] = slice[i]
+    end
+  end
+end
+
+local check = ARGV[2] == 'check'
+local out = {}
+local o = 0
+local k = 0
+-- Per-item scratch for multi-policy requests, reused by every request (only 1..n is read).
+local items, costs, sts, oks = {}, {}, {}, {}
+local requests = tonumber(ARGV[a])
+a = a + 1
+for _ = 1, requests do
   local n = tonumber(ARGV[a])
   a = a + 1
-  local items = {}
   local allowed = true
   for i = 1, n do
-    local item = {
-      alg = ALGORITHMS[tonumber(ARGV[a])],
-      shadow = ARGV[a + 1] == '1',
-      cost = tonumber(ARGV[a + 2]),
-      q = {
-        limit = tonumber(ARGV[a + 3]),
-        period = tonumber(ARGV[a + 4]),
-        burst = tonumber(ARGV[a + 5]),
-        max_delay = tonumber(ARGV[a + 6]),
-      },
-    }
-    a = a + 7
+    local q = policies[tonumber(ARGV[a])]
+    local cost = tonumber(ARGV[a + 1])
+    a = a + 2
     k = k + 1
-    item.key = KEYS[k]
-    item.st = item.alg.load(item.key, item.q, now)
-    items[i] = item
-    if op == 'check' then
-      local ok, remaining, reset, retry, delay = item.alg.eval(item.q, item.st, now, item.cost)
-      item.ok = ok == 1
-      if not item.ok and not item.shadow then
+    local key = KEYS[k]
+    local text = WRITTEN[key]
+    if text == nil then
+      text = values[k]
+    end
+    local st = q.alg.load(key, q, now, text)
+    items[i], costs[i], sts[i] = q, cost, st
+    if check then
+      local ok, remaining, reset, retry, delay = q.alg.eval(q, st, now, cost)
+      oks[i] = ok == 1
+      if ok ~= 1 and not q.shadow then
         allowed = false
       end
-      out[#out + 1] = ok
-      out[#out + 1] = remaining
-      out[#out + 1] = reset
-      out[#out + 1] = retry
-      out[#out + 1] = delay
+      out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5] = ok, remaining, reset, retry, delay
+      o = o + 5
     end
   end
   for i = 1, n do
-    local item = items[i]
-    if item.cost > 0 then
-      if op == 'refund' then
-        item.alg.refund(item.key, item.q, item.st, now, item.cost)
-      elseif allowed and item.ok then
-        item.alg.commit(item.key, item.q, item.st, now, item.cost)
+    local cost = costs[i]
+    if cost > 0 then
+      local q = items[i]
+      local key = KEYS[k - n + i]
+      if not check then
+        q.alg.refund(key, q, sts[i], now, cost)
+      elseif allowed and oks[i] then
+        q.alg.commit(key, q, sts[i], now, cost)
       end
     end
   end

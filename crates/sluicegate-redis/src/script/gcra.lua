@@ -1,60 +1,60 @@
 -- GCRA (sluicegate-core algorithm/gcra.rs): one theoretical arrival time (TAT) per key,
--- the time at which the key is back to full. Admission is exact:
---   (now - tat) * limit + burst * period >= cost * period
--- with limit and period reduced by their gcd on the Rust side. State "tat".
+-- the time at which the key is back to full. The emission interval `unit` is
+-- period / limit rounded up to a whole microsecond (the Rust side computes it and sends it
+-- as `limit`); the tolerance is `burst` units, so every number is an exact integer of µs.
+-- State "tat".
 
-local gcra = {}
+local function gcra()
+  local M = {}
 
-function gcra.load(key)
-  return get_numbers(key)
-end
+  function M.load(_, _, _, text)
+    return parse(text)
+  end
 
-local function gc_interval(q, cost)
-  return cdiv(cost * q.period, q.limit)
-end
+  -- Whole requests admissible while the TAT is `ahead` µs past now.
+  local function whole(q, ahead)
+    return idiv(max(q.burst * q.limit - ahead, 0), q.limit)
+  end
 
-local function gc_whole(q, allowance)
-  if allowance <= 0 then
+  local function ahead_of(st, now)
+    if st then
+      return max(st[1] - now, 0)
+    end
     return 0
   end
-  return min(idiv(allowance, q.period), q.burst)
-end
 
-local function gc_tat(st)
-  if st then
-    return st[1]
+  function M.eval(q, st, now, cost)
+    local tolerance = q.burst * q.limit
+    local ahead = ahead_of(st, now)
+    local after = ahead + cost * q.limit
+    -- A read (cost 0) is always admitted, even while delayed requests keep the TAT ahead.
+    if after <= tolerance or cost == 0 then
+      return 1, whole(q, after), after, -1, 0
+    end
+    local wait = after - tolerance
+    if q.max_delay >= 0 and wait <= q.max_delay then
+      return 1, 0, after, -1, wait
+    end
+    -- In delay mode the request is admitted (delayed) as soon as its wait fits the budget.
+    return 0, whole(q, ahead), ahead, wait - max(q.max_delay, 0), 0
   end
-  return 0
-end
 
-function gcra.eval(q, st, now, cost)
-  local start = max(gc_tat(st), now)
-  local full = q.burst * q.period
-  local allowance = full - (start - now) * q.limit
-  local need = cost * q.period
-  local new_tat = start + gc_interval(q, cost)
-  -- A read (cost 0) is always admitted, even while delayed requests keep the TAT ahead.
-  if need <= allowance or cost == 0 then
-    local left = full - (new_tat - now) * q.limit
-    return 1, gc_whole(q, left), new_tat - now, -1, 0
+  function M.commit(key, q, st, now, cost)
+    local tat = now
+    if st then
+      tat = max(st[1], now)
+    end
+    tat = tat + cost * q.limit
+    put(key, fmt(tat), tat, now)
   end
-  local wait = cdiv(need - allowance, q.limit)
-  if q.max_delay >= 0 and wait <= q.max_delay then
-    return 1, 0, new_tat - now, -1, wait
-  end
-  -- In delay mode the request is admitted (delayed) as soon as its wait fits the budget.
-  return 0, gc_whole(q, allowance), start - now, wait - max(q.max_delay, 0), 0
-end
 
-function gcra.commit(key, q, st, now, cost)
-  local tat = max(gc_tat(st), now) + gc_interval(q, cost)
-  put(key, { fmt(tat) }, tat, now)
-end
-
-function gcra.refund(key, q, st, now, cost)
-  if not st then
-    return
+  function M.refund(key, q, st, now, cost)
+    if not st then
+      return
+    end
+    local tat = max(st[1] - cost * q.limit, 0)
+    put_or_forget(key, fmt(tat), tat, now)
   end
-  local tat = max(gc_tat(st) - gc_interval(q, cost), 0)
-  put_or_forget(key, { fmt(tat) }, tat, now)
+
+  return M
 end

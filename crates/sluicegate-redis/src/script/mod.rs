@@ -42,8 +42,8 @@ pub(crate) fn entry_script() -> Script {
 
 /// One policy of one request, ready to send.
 #[derive(Debug, Clone)]
-pub(crate) struct Item<'a> {
-    pub policy: &'a Arc<Policy>,
+pub(crate) struct Item {
+    pub policy: Arc<Policy>,
     pub key: String,
     pub cost: u64,
     pub params: Params,
@@ -56,12 +56,13 @@ pub(crate) enum Op {
     Refund,
 }
 
-/// Builds one script call carrying `requests` requests.
+/// Builds one script call carrying `requests` requests. Each distinct policy is sent once,
+/// however many requests of a batch use it; items refer to it by index.
 pub(crate) fn invocation<'s>(
     script: &'s Script,
     now: Option<Micros>,
     op: Op,
-    requests: &[&[Item<'_>]],
+    requests: &[&[Item]],
 ) -> ScriptInvocation<'s> {
     let mut inv = script.prepare_invoke();
     match now {
@@ -72,21 +73,41 @@ pub(crate) fn invocation<'s>(
         Op::Check => "check",
         Op::Refund => "refund",
     });
+    // Distinct policies, by identity first (the common case: one shared Arc), by value else.
+    let mut distinct: Vec<&Item> = Vec::new();
+    let mut index = Vec::with_capacity(requests.iter().map(|r| r.len()).sum());
+    for item in requests.iter().flat_map(|items| items.iter()) {
+        let found = distinct.iter().position(|d| {
+            Arc::ptr_eq(&d.policy, &item.policy)
+                || (d.params == item.params && d.policy.mode() == item.policy.mode())
+        });
+        index.push(match found {
+            Some(i) => i + 1,
+            None => {
+                distinct.push(item);
+                distinct.len()
+            }
+        });
+    }
+    inv.arg(distinct.len());
+    for item in &distinct {
+        let p = &item.params;
+        inv.arg(p.code)
+            .arg(u8::from(
+                item.policy.mode() == sluicegate_core::Mode::Shadow,
+            ))
+            .arg(p.limit)
+            .arg(p.period)
+            .arg(p.burst)
+            .arg(p.max_delay);
+    }
     inv.arg(requests.len());
+    let mut index = index.into_iter();
     for items in requests {
         inv.arg(items.len());
         for item in *items {
-            let p = &item.params;
             inv.key(&item.key);
-            inv.arg(p.code)
-                .arg(u8::from(
-                    item.policy.mode() == sluicegate_core::Mode::Shadow,
-                ))
-                .arg(item.cost)
-                .arg(p.limit)
-                .arg(p.period)
-                .arg(p.burst)
-                .arg(p.max_delay);
+            inv.arg(index.next().unwrap_or(1)).arg(item.cost);
         }
     }
     inv
@@ -97,10 +118,7 @@ fn bad_reply(what: &str) -> StoreError {
 }
 
 /// Turns the script's reply into one verdict per request, in order.
-pub(crate) fn verdicts(
-    requests: &[&[Item<'_>]],
-    reply: &[i64],
-) -> Result<Vec<Verdict>, StoreError> {
+pub(crate) fn verdicts(requests: &[&[Item]], reply: &[i64]) -> Result<Vec<Verdict>, StoreError> {
     let expected: usize = requests.iter().map(|r| r.len() * REPLY_WIDTH).sum();
     if reply.len() != expected {
         return Err(bad_reply(&format!(
@@ -124,7 +142,7 @@ pub(crate) fn verdicts(
             } else {
                 Decision::deny(limit, num(v[1])?, num(v[2])?, num(v[3])?)
             };
-            decided.push((Arc::clone(item.policy), decision));
+            decided.push((Arc::clone(&item.policy), decision));
         }
         out.push(Verdict::combine(decided).0);
     }
@@ -138,13 +156,14 @@ mod tests {
     #[test]
     fn source_has_every_part() {
         for name in [
-            "local fixed_window",
-            "local sliding_log",
-            "local sliding_window",
-            "local token_bucket",
-            "local leaky_bucket",
-            "local gcra",
-            "local ALGORITHMS",
+            "local function fixed_window",
+            "local function sliding_log",
+            "local function sliding_window",
+            "local function token_bucket",
+            "local function leaky_bucket",
+            "local function gcra",
+            "local CONSTRUCTORS",
+            "MGET",
         ] {
             assert!(SOURCE.contains(name), "{name} missing");
         }

@@ -5,93 +5,97 @@
 -- whose expiry makes room for a denied request is found by binary search.
 -- Only admitted requests are logged, so a client that keeps retrying recovers.
 
-local sliding_log = {}
+local function sliding_log()
+  local M = {}
 
-local function sl_entry(text)
-  local at, cum, cost = string.match(text, '^(%S+) (%S+) (%S+)$')
-  return tonumber(at), tonumber(cum), tonumber(cost)
-end
+  local function entry(text)
+    local at, cum, cost = string.match(text, '^(%S+) (%S+) (%S+)$')
+    return tonumber(at), tonumber(cum), tonumber(cost)
+  end
 
--- Drops the entries that left the window (they can never count again: time only moves
--- on), then summarises the rest. The key keeps its TTL: LPOP does not clear it.
-function sliding_log.load(key, q, now)
-  while true do
-    local head = redis.call('LINDEX', key, 0)
-    if not head then
-      return nil
+  -- Drops the entries that left the window (they can never count again: time only moves
+  -- on), then summarises the rest. The key keeps its TTL: LPOP does not clear it.
+  function M.load(key, q, now)
+    while true do
+      local head = redis.call('LINDEX', key, 0)
+      if not head then
+        return nil
+      end
+      local at, cum, cost = entry(head)
+      if at + q.period > now then
+        local last_at, last_cum = entry(redis.call('LINDEX', key, -1))
+        return { key = key, base = cum - cost, last_at = last_at, last_cum = last_cum }
+      end
+      redis.call('LPOP', key)
     end
-    local at, cum, cost = sl_entry(head)
-    if at + q.period > now then
-      local last_at, last_cum = sl_entry(redis.call('LINDEX', key, -1))
-      return { key = key, base = cum - cost, last_at = last_at, last_cum = last_cum }
-    end
-    redis.call('LPOP', key)
   end
-end
 
-function sliding_log.eval(q, st, now, cost)
-  local used = 0
-  if st then
-    used = st.last_cum - st.base
-  end
-  if used + cost <= q.limit then
-    local reset = 0
-    if cost > 0 then
-      reset = q.period
-    elseif st then
-      reset = max(st.last_at + q.period - now, 0)
+  function M.eval(q, st, now, cost)
+    local used = 0
+    if st then
+      used = st.last_cum - st.base
     end
-    return 1, q.limit - used - cost, reset, -1, 0
-  end
-  -- The first entry whose expiry leaves room: cum >= base + used + cost - limit.
-  local target = st.base + used + cost - q.limit
-  local lo, hi = 0, redis.call('LLEN', st.key) - 1
-  local retry = q.period
-  while lo <= hi do
-    local mid = floor((lo + hi) / 2)
-    local at, cum = sl_entry(redis.call('LINDEX', st.key, mid))
-    if cum >= target then
-      retry = at + q.period - now
-      hi = mid - 1
-    else
-      lo = mid + 1
+    if used + cost <= q.limit then
+      local reset = 0
+      if cost > 0 then
+        reset = q.period
+      elseif st then
+        reset = max(st.last_at + q.period - now, 0)
+      end
+      return 1, q.limit - used - cost, reset, -1, 0
     end
+    -- The first entry whose expiry leaves room: cum >= base + used + cost - limit.
+    local target = st.base + used + cost - q.limit
+    local lo, hi = 0, redis.call('LLEN', st.key) - 1
+    local retry = q.period
+    while lo <= hi do
+      local mid = floor((lo + hi) / 2)
+      local at, cum = entry(redis.call('LINDEX', st.key, mid))
+      if cum >= target then
+        retry = at + q.period - now
+        hi = mid - 1
+      else
+        lo = mid + 1
+      end
+    end
+    return 0, max(q.limit - used, 0), max(st.last_at + q.period - now, 0), retry, 0
   end
-  return 0, max(q.limit - used, 0), max(st.last_at + q.period - now, 0), retry, 0
-end
 
-function sliding_log.commit(key, q, st, now, cost)
-  local at, cum = now, cost
-  if st then
-    -- A clock that stepped back must not break the time order the search relies on.
-    at = max(now, st.last_at)
-    cum = st.last_cum + cost
-  end
-  redis.call('RPUSH', key, fmt(at) .. ' ' .. fmt(cum) .. ' ' .. fmt(cost))
-  redis.call('PEXPIRE', key, ttl_ms(at + q.period, now))
-end
-
-function sliding_log.refund(key, q, st, now, cost)
-  if not st then
-    return
-  end
-  while cost > 0 do
-    local back = redis.call('LINDEX', key, -1)
-    if not back then
-      return
+  function M.commit(key, q, st, now, cost)
+    local at, cum = now, cost
+    if st then
+      -- A clock that stepped back must not break the time order the search relies on.
+      at = max(now, st.last_at)
+      cum = st.last_cum + cost
     end
-    local at, cum, entry_cost = sl_entry(back)
-    local take = min(entry_cost, cost)
-    cost = cost - take
-    if take == entry_cost then
-      redis.call('RPOP', key)
-    else
-      redis.call('LSET', key, -1, fmt(at) .. ' ' .. fmt(cum - take) .. ' ' .. fmt(entry_cost - take))
-    end
-  end
-  local back = redis.call('LINDEX', key, -1)
-  if back then
-    local at = sl_entry(back)
+    redis.call('RPUSH', key, fmt(at) .. ' ' .. fmt(cum) .. ' ' .. fmt(cost))
     redis.call('PEXPIRE', key, ttl_ms(at + q.period, now))
   end
+
+  function M.refund(key, q, st, now, cost)
+    if not st then
+      return
+    end
+    while cost > 0 do
+      local back = redis.call('LINDEX', key, -1)
+      if not back then
+        return
+      end
+      local at, cum, entry_cost = entry(back)
+      local take = min(entry_cost, cost)
+      cost = cost - take
+      if take == entry_cost then
+        redis.call('RPOP', key)
+      else
+        redis.call('LSET', key, -1, fmt(at) .. ' ' .. fmt(cum - take) .. ' ' .. fmt(entry_cost - take))
+      end
+    end
+    local back = redis.call('LINDEX', key, -1)
+    if back then
+      local at = entry(back)
+      redis.call('PEXPIRE', key, ttl_ms(at + q.period, now))
+    end
+  end
+
+  return M
 end

@@ -3,85 +3,114 @@
 -- microsecond. The Rust side divides limit and period by their gcd first, which changes
 -- no decision and keeps the numbers small. State "tokens last"; no key is a full bucket.
 
-local token_bucket = {}
+local function token_bucket()
+  local M = {}
 
-function token_bucket.load(key)
-  return get_numbers(key)
-end
+  function M.load(_, _, _, text)
+    return parse(text)
+  end
 
-local function tb_capacity(q)
-  return q.burst * q.period
-end
+  -- Scaled tokens at `now`, refilled and capped. The refill is compared before it is
+  -- multiplied, so a long idle gap never forms a product beyond 2^53.
+  local function tokens_at(q, st, now)
+    local cap = q.burst * q.period
+    if not st then
+      return cap
+    end
+    local tokens, last = st[1], st[2]
+    local deficit = cap - tokens
+    if deficit <= 0 then
+      return cap
+    end
+    local elapsed = now - last
+    if elapsed <= 0 then
+      return tokens
+    end
+    if elapsed >= cdiv(deficit, q.limit) then
+      return cap
+    end
+    return tokens + elapsed * q.limit
+  end
 
--- Scaled tokens at `now`, refilled and capped. The refill is compared before it is
--- multiplied, so a long idle gap never forms a product beyond 2^53.
-local function tb_tokens(q, st, now)
-  local cap = tb_capacity(q)
-  if not st then
-    return cap
+  local function refill_time(q, deficit)
+    if deficit <= 0 then
+      return 0
+    end
+    return cdiv(deficit, q.limit)
   end
-  local tokens, last = st[1], st[2]
-  local deficit = cap - tokens
-  if deficit <= 0 then
-    return cap
-  end
-  local elapsed = now - last
-  if elapsed <= 0 then
-    return tokens
-  end
-  if elapsed >= cdiv(deficit, q.limit) then
-    return cap
-  end
-  return tokens + elapsed * q.limit
-end
 
-local function tb_refill_time(q, deficit)
-  if deficit <= 0 then
-    return 0
+  local function whole(q, scaled)
+    if scaled <= 0 then
+      return 0
+    end
+    return idiv(scaled, q.period)
   end
-  return cdiv(deficit, q.limit)
-end
 
-local function tb_whole(q, scaled)
-  if scaled <= 0 then
-    return 0
+  -- The hot path of the common policy, so it is written out: the same steps as
+  -- tokens_at, refill_time and whole, without their calls. Every operand here is below
+  -- 2^52 (range.rs), where floor and ceil of a double division are exact. The refilled
+  -- level is kept in st[3] for commit.
+  function M.eval(q, st, now, cost)
+    local limit, period = q.limit, q.period
+    local cap = q.burst * period
+    local tokens = cap
+    if st then
+      local deficit = cap - st[1]
+      if deficit > 0 then
+        local elapsed = now - st[2]
+        if elapsed <= 0 then
+          tokens = st[1]
+        elseif elapsed < ceil(deficit / limit) then
+          tokens = st[1] + elapsed * limit
+        end
+      end
+      st[3] = tokens
+    end
+    local after = tokens - cost * period
+    local reset = 0
+    if cap > after then
+      reset = ceil((cap - after) / limit)
+    end
+    -- A read (cost 0) is always admitted, even while delayed requests keep the bucket in debt.
+    if after >= 0 or cost == 0 then
+      local remaining = 0
+      if after > 0 then
+        remaining = floor(after / period)
+      end
+      return 1, remaining, reset, -1, 0
+    end
+    local wait = ceil(-after / limit)
+    if q.max_delay >= 0 and wait <= q.max_delay then
+      return 1, 0, reset, -1, wait
+    end
+    -- In delay mode the request is admitted (delayed) as soon as its wait fits the budget.
+    return 0, whole(q, tokens), refill_time(q, cap - tokens), wait - max(q.max_delay, 0), 0
   end
-  return idiv(scaled, q.period)
-end
 
-function token_bucket.eval(q, st, now, cost)
-  local cap = tb_capacity(q)
-  local tokens = tb_tokens(q, st, now)
-  local after = tokens - cost * q.period
-  local reset = tb_refill_time(q, cap - after)
-  -- A read (cost 0) is always admitted, even while delayed requests keep the bucket in debt.
-  if after >= 0 or cost == 0 then
-    return 1, tb_whole(q, after), reset, -1, 0
+  local function store(key, q, st, now, tokens)
+    local last = now
+    if st then
+      last = max(now, st[2])
+    end
+    last = max(last, 1)
+    local idle_at = last + refill_time(q, q.burst * q.period - tokens)
+    put_or_forget(key, fmt(tokens) .. ' ' .. fmt(last), idle_at, now)
   end
-  local wait = tb_refill_time(q, -after)
-  if q.max_delay >= 0 and wait <= q.max_delay then
-    return 1, 0, reset, -1, wait
-  end
-  -- In delay mode the request is admitted (delayed) as soon as its wait fits the budget.
-  return 0, tb_whole(q, tokens), tb_refill_time(q, cap - tokens), wait - max(q.max_delay, 0), 0
-end
 
-local function tb_store(key, q, st, now, tokens)
-  local last = now
-  if st then
-    last = max(now, st[2])
+  function M.commit(key, q, st, now, cost)
+    local tokens = q.burst * q.period
+    if st then
+      tokens = st[3] -- refilled by eval
+    end
+    store(key, q, st, now, tokens - cost * q.period)
   end
-  last = max(last, 1)
-  put_or_forget(key, { fmt(tokens), fmt(last) }, last + tb_refill_time(q, tb_capacity(q) - tokens), now)
-end
 
-function token_bucket.commit(key, q, st, now, cost)
-  tb_store(key, q, st, now, tb_tokens(q, st, now) - cost * q.period)
-end
-
-function token_bucket.refund(key, q, st, now, cost)
-  if not st then
-    return
+  function M.refund(key, q, st, now, cost)
+    if not st then
+      return
+    end
+    store(key, q, st, now, min(tokens_at(q, st, now) + cost * q.period, q.burst * q.period))
   end
-  tb_store(key, q, st, now, min(tb_tokens(q, st, now) + cost * q.period, tb_capacity(q)))
+
+  return M
 end

@@ -239,7 +239,8 @@ impl Cluster {
 pub async fn store(url: &str, prefix: &str) -> RedisStore {
     let mut config = RedisConfig::standalone(url);
     config.key_prefix = prefix.to_owned();
-    config.timeout = Duration::from_millis(500);
+    // Generous: these tests are about decisions, not latency (the fault tests set their own).
+    config.timeout = Duration::from_secs(2);
     RedisStore::connect(config).await.unwrap()
 }
 

@@ -45,19 +45,27 @@ pub async fn check(
     if body.len() > MAX_BODY {
         return Err(ApiError::too_large());
     }
-    let value: serde_json::Value = serde_json::from_slice(&body)
-        .map_err(|e| ApiError::invalid(format!("invalid JSON: {e}")))?;
-    if !value.is_object() {
-        return Err(ApiError::invalid("the body must be a JSON object"));
-    }
+    // The common case first: one request, parsed straight into its type.
+    let single = serde_json::from_slice::<CheckBody>(&body);
     let runtime = state.runtime();
-    if value.get("requests").is_some() {
-        let batch: BatchBody = serde_json::from_value(value)
-            .map_err(|e| ApiError::invalid(format!("invalid batch: {e}")))?;
-        return Ok(Json(check_batch(&state, &runtime, batch).await?).into_response());
-    }
-    let body: CheckBody = serde_json::from_value(value)
-        .map_err(|e| ApiError::invalid(format!("invalid request: {e}")))?;
+    let body = match single {
+        Ok(body) => body,
+        Err(single_error) => {
+            let value: serde_json::Value = serde_json::from_slice(&body)
+                .map_err(|e| ApiError::invalid(format!("invalid JSON: {e}")))?;
+            if !value.is_object() {
+                return Err(ApiError::invalid("the body must be a JSON object"));
+            }
+            if value.get("requests").is_none() {
+                return Err(ApiError::invalid(format!(
+                    "invalid request: {single_error}"
+                )));
+            }
+            let batch: BatchBody = serde_json::from_value(value)
+                .map_err(|e| ApiError::invalid(format!("invalid batch: {e}")))?;
+            return Ok(Json(check_batch(&state, &runtime, batch).await?).into_response());
+        }
+    };
     let policies = resolve(&runtime, &body.policy)?;
     let verdict = decide(&state, &policies, &body.key, body.cost).await?;
     Ok(respond(&runtime, &verdict, body.policy.is_list()))
