@@ -35,9 +35,14 @@ pub struct Counter<K> {
 #[derive(Debug, Clone)]
 pub struct SpaceSaving<K> {
     capacity: usize,
-    /// A binary min-heap on `count`: the counter to evict is at the root.
-    heap: Vec<Counter<K>>,
-    /// Where each item's counter is in `heap`. Seeded per sketch: keys are client-chosen.
+    /// The counters, in slots that never move, so the index is written only when an item
+    /// enters or leaves.
+    slots: Vec<Counter<K>>,
+    /// A binary min-heap of slots on their `count`: the counter to evict is at the root.
+    heap: Vec<usize>,
+    /// Where each slot is in `heap`.
+    position: Vec<usize>,
+    /// Which slot holds each item. Seeded per sketch: the items are client-chosen keys.
     index: HashMap<K, usize, foldhash::fast::RandomState>,
     total: u64,
 }
@@ -48,7 +53,9 @@ impl<K: Hash + Eq + Clone> SpaceSaving<K> {
         let capacity = capacity.max(1);
         SpaceSaving {
             capacity,
+            slots: Vec::with_capacity(capacity),
             heap: Vec::with_capacity(capacity),
+            position: Vec::with_capacity(capacity),
             index: HashMap::with_capacity_and_hasher(capacity, Default::default()),
             total: 0,
         }
@@ -57,21 +64,25 @@ impl<K: Hash + Eq + Clone> SpaceSaving<K> {
     /// Counts `weight` occurrences of `item`.
     pub fn add(&mut self, item: K, weight: u64) {
         self.total = self.total.saturating_add(weight);
-        if let Some(&i) = self.index.get(&item) {
-            self.heap[i].count = self.heap[i].count.saturating_add(weight);
-            self.sift_down(i);
-        } else if self.heap.len() < self.capacity {
-            self.index.insert(item.clone(), self.heap.len());
-            self.heap.push(Counter {
+        if let Some(&slot) = self.index.get(&item) {
+            self.slots[slot].count = self.slots[slot].count.saturating_add(weight);
+            self.sift_down(self.position[slot]);
+        } else if self.slots.len() < self.capacity {
+            let slot = self.slots.len();
+            self.index.insert(item.clone(), slot);
+            self.slots.push(Counter {
                 item,
                 count: weight,
                 error: 0,
             });
+            self.position.push(self.heap.len());
+            self.heap.push(slot);
             self.sift_up(self.heap.len() - 1);
         } else {
-            let min = self.heap[0].count;
+            let slot = self.heap[0];
+            let min = self.slots[slot].count;
             let evicted = std::mem::replace(
-                &mut self.heap[0],
+                &mut self.slots[slot],
                 Counter {
                     item: item.clone(),
                     count: min.saturating_add(weight),
@@ -79,14 +90,14 @@ impl<K: Hash + Eq + Clone> SpaceSaving<K> {
                 },
             );
             self.index.remove(&evicted.item);
-            self.index.insert(item, 0);
+            self.index.insert(item, slot);
             self.sift_down(0);
         }
     }
 
     /// The `n` largest counters, largest first.
     pub fn top(&self, n: usize) -> Vec<&Counter<K>> {
-        let mut all: Vec<&Counter<K>> = self.heap.iter().collect();
+        let mut all: Vec<&Counter<K>> = self.slots.iter().collect();
         all.sort_by_key(|c| std::cmp::Reverse(c.count));
         all.truncate(n);
         all
@@ -94,17 +105,17 @@ impl<K: Hash + Eq + Clone> SpaceSaving<K> {
 
     /// Every counter, in no particular order.
     pub fn counters(&self) -> impl Iterator<Item = &Counter<K>> {
-        self.heap.iter()
+        self.slots.iter()
     }
 
     /// Counters in use.
     pub fn len(&self) -> usize {
-        self.heap.len()
+        self.slots.len()
     }
 
     /// Whether nothing was added.
     pub fn is_empty(&self) -> bool {
-        self.heap.is_empty()
+        self.slots.is_empty()
     }
 
     /// The fixed number of counters.
@@ -117,19 +128,20 @@ impl<K: Hash + Eq + Clone> SpaceSaving<K> {
         self.total
     }
 
+    fn count_at(&self, i: usize) -> u64 {
+        self.slots[self.heap[i]].count
+    }
+
     fn swap(&mut self, a: usize, b: usize) {
         self.heap.swap(a, b);
-        for i in [a, b] {
-            if let Some(slot) = self.index.get_mut(&self.heap[i].item) {
-                *slot = i;
-            }
-        }
+        self.position[self.heap[a]] = a;
+        self.position[self.heap[b]] = b;
     }
 
     fn sift_up(&mut self, mut i: usize) {
         while i > 0 {
             let parent = (i - 1) / 2;
-            if self.heap[parent].count <= self.heap[i].count {
+            if self.count_at(parent) <= self.count_at(i) {
                 break;
             }
             self.swap(i, parent);
@@ -141,10 +153,10 @@ impl<K: Hash + Eq + Clone> SpaceSaving<K> {
         loop {
             let (l, r) = (2 * i + 1, 2 * i + 2);
             let mut smallest = i;
-            if l < self.heap.len() && self.heap[l].count < self.heap[smallest].count {
+            if l < self.heap.len() && self.count_at(l) < self.count_at(smallest) {
                 smallest = l;
             }
-            if r < self.heap.len() && self.heap[r].count < self.heap[smallest].count {
+            if r < self.heap.len() && self.count_at(r) < self.count_at(smallest) {
                 smallest = r;
             }
             if smallest == i {
@@ -161,12 +173,11 @@ mod tests {
     use super::*;
 
     fn heap_ok<K: Hash + Eq + Clone>(s: &SpaceSaving<K>) -> bool {
-        (1..s.heap.len()).all(|i| s.heap[(i - 1) / 2].count <= s.heap[i].count)
-            && s.heap
-                .iter()
-                .enumerate()
-                .all(|(i, c)| s.index.get(&c.item) == Some(&i))
-            && s.index.len() == s.heap.len()
+        (1..s.heap.len()).all(|i| s.count_at((i - 1) / 2) <= s.count_at(i))
+            && s.heap.iter().enumerate().all(|(i, slot)| s.position[*slot] == i)
+            && s.slots.iter().enumerate().all(|(slot, c)| s.index.get(&c.item) == Some(&slot))
+            && s.index.len() == s.slots.len()
+            && s.heap.len() == s.slots.len()
     }
 
     #[test]
@@ -207,6 +218,7 @@ mod tests {
             sketch.add(i, 1);
         }
         assert_eq!(sketch.len(), 8);
+        assert_eq!(sketch.slots.capacity(), 8);
         assert_eq!(sketch.heap.capacity(), 8);
         assert!(sketch.index.capacity() <= 16, "{}", sketch.index.capacity());
         assert!(heap_ok(&sketch));

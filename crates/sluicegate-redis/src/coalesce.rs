@@ -47,6 +47,12 @@ pub(crate) async fn dispatch(inner: Weak<Inner>, mut queue: mpsc::Receiver<Job>)
                 Err(_) => break,
             }
         }
+        // A caller that gave up (its timeout passed while queued) has already applied
+        // on_store_error: its request must not consume anything any more.
+        jobs.retain(|job| !job.reply.is_closed());
+        if jobs.is_empty() {
+            continue;
+        }
         let Some(inner) = inner.upgrade() else {
             return;
         };

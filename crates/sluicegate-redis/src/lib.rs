@@ -41,6 +41,7 @@ mod coalesce;
 mod config;
 mod conn;
 mod keys;
+mod link;
 mod range;
 mod script;
 mod store;

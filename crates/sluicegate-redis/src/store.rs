@@ -1,13 +1,11 @@
 //! [`RedisStore`]: the [`Store`] whose state lives in Redis.
 
-use std::future::Future;
 use std::sync::{Arc, Weak};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use futures_util::future::join_all;
-use parking_lot::RwLock;
+use redis::Script;
 use redis::cluster_routing::Slot;
-use redis::{RedisError, RedisResult, Script};
 use sluicegate_core::store::MAX_KEY_LEN;
 use sluicegate_core::{
     BoxFuture, CheckRequest, KeyedCheck, Micros, Policy, Store, StoreError, Verdict,
@@ -15,12 +13,12 @@ use sluicegate_core::{
 use tokio::sync::{Notify, mpsc, oneshot};
 use tokio::task::JoinHandle;
 
-use crate::breaker::Breaker;
 use crate::cache::DenyCache;
 use crate::coalesce::{Job, QUEUE_DEPTH, dispatch};
 use crate::config::{RedisConfig, RedisStoreError};
-use crate::conn::{Conn, Target, connect_timeout};
+use crate::conn::Target;
 use crate::keys::state_key;
+use crate::link::{Link, unavailable};
 use crate::range::params;
 use crate::script::{Item, Op, entry_script, invocation, verdicts};
 
@@ -51,19 +49,10 @@ pub struct RedisStore {
     dispatcher: Option<JoinHandle<()>>,
 }
 
-struct Link {
-    generation: u64,
-    conn: Option<Conn>,
-}
-
 pub(crate) struct Inner {
-    target: Target,
+    link: Link,
     prefix: String,
-    timeout: Duration,
     script: Script,
-    link: RwLock<Link>,
-    breaker: Breaker,
-    wake: Arc<Notify>,
     cache: Option<DenyCache>,
     /// Standalone only: single decisions go through the coalescing dispatcher.
     queue: Option<mpsc::Sender<Job>>,
@@ -81,9 +70,9 @@ impl Drop for RedisStore {
 impl std::fmt::Debug for RedisStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RedisStore")
-            .field("kind", &self.inner.target.kind())
+            .field("kind", &self.inner.kind())
             .field("prefix", &self.inner.prefix)
-            .field("timeout", &self.inner.timeout)
+            .field("timeout", &self.inner.link.timeout())
             .finish_non_exhaustive()
     }
 }
@@ -114,26 +103,19 @@ impl RedisStore {
             (Some(sender), Some(receiver))
         };
         let inner = Arc::new(Inner {
-            target,
+            link: Link::new(target, config.timeout),
             prefix: config.key_prefix.clone(),
-            timeout: config.timeout,
             script: entry_script(),
-            link: RwLock::new(Link {
-                generation: 0,
-                conn: None,
-            }),
-            breaker: Breaker::default(),
-            wake: Arc::new(Notify::new()),
             cache: config.local_cache.then(DenyCache::default),
             queue,
         });
-        if !inner.probe_once().await {
+        if !inner.link.probe_once(&inner.script).await {
             tracing::warn!(
-                store = inner.target.kind(),
+                store = inner.kind(),
                 "Redis is not reachable yet; decisions follow on_store_error until it is"
             );
         }
-        let probe = tokio::spawn(probe_loop(Arc::downgrade(&inner), Arc::clone(&inner.wake)));
+        let probe = tokio::spawn(probe_loop(Arc::downgrade(&inner), inner.link.waker()));
         let dispatcher =
             queued.map(|queued| tokio::spawn(dispatch(Arc::downgrade(&inner), queued)));
         Ok(RedisStore {
@@ -156,7 +138,7 @@ impl RedisStore {
     /// Whether a connection is up and the circuit closed (no round trip; see
     /// [`Store::ping`] for one).
     pub fn is_connected(&self) -> bool {
-        !self.inner.breaker.is_open() && self.inner.link.read().conn.is_some()
+        self.inner.link.is_connected()
     }
 
     /// Test hook: [`Store::check`] with the script's clock set to `now` (µs) instead of the
@@ -206,7 +188,7 @@ impl RedisStore {
 async fn probe_loop(inner: Weak<Inner>, wake: Arc<Notify>) {
     loop {
         let healthy = match inner.upgrade() {
-            Some(inner) => inner.probe_once().await,
+            Some(inner) => inner.link.probe_once(&inner.script).await,
             None => return,
         };
         if healthy {
@@ -220,143 +202,9 @@ async fn probe_loop(inner: Weak<Inner>, wake: Arc<Notify>) {
     }
 }
 
-fn unavailable(message: impl Into<String>) -> StoreError {
-    StoreError::Unavailable(message.into())
-}
-
 impl Inner {
     fn kind(&self) -> &'static str {
-        self.target.kind()
-    }
-
-    fn count_error(&self, label: &'static str) {
-        metrics::counter!(METRIC_ERRORS, "store" => self.kind(), "error" => label).increment(1);
-    }
-
-    /// Connects if there is no connection, or pings if the circuit is open. Returns whether
-    /// Redis is usable.
-    async fn probe_once(&self) -> bool {
-        let (generation, conn) = {
-            let link = self.link.read();
-            (link.generation, link.conn.clone())
-        };
-        match conn {
-            None => {
-                let limit = connect_timeout(self.timeout) * 2;
-                let Ok(Ok(mut conn)) =
-                    tokio::time::timeout(limit, self.target.connect(self.timeout)).await
-                else {
-                    return false;
-                };
-                // Loaded now so the first decision does not pay for a NOSCRIPT round trip;
-                // if this fails, redis::Script loads it on first use anyway.
-                let _ = tokio::time::timeout(limit, self.script.load_async(&mut conn)).await;
-                {
-                    let mut link = self.link.write();
-                    link.generation += 1;
-                    link.conn = Some(conn);
-                }
-                self.breaker.success();
-                tracing::info!(store = self.kind(), "connected to Redis");
-                true
-            }
-            Some(mut conn) if self.breaker.is_open() => {
-                let ping = redis::cmd("PING");
-                let answer =
-                    tokio::time::timeout(self.timeout * 2, ping.query_async::<()>(&mut conn));
-                if let Ok(Ok(())) = answer.await {
-                    self.breaker.success();
-                    tracing::info!(store = self.kind(), "Redis answers again; circuit closed");
-                    true
-                } else {
-                    if !self.target.is_cluster() {
-                        self.drop_link(generation);
-                    }
-                    false
-                }
-            }
-            Some(_) => true,
-        }
-    }
-
-    /// Forgets a dead connection (if it is still the current one) and wakes the prober.
-    fn drop_link(&self, generation: u64) {
-        {
-            let mut link = self.link.write();
-            if link.generation == generation && link.conn.is_some() {
-                link.conn = None;
-                link.generation += 1;
-            }
-        }
-        self.wake.notify_one();
-    }
-
-    /// The connection to use, or an immediate error while the circuit is open or there is
-    /// no connection (the caller then applies `on_store_error` without waiting).
-    fn conn(&self) -> Result<(u64, Conn), StoreError> {
-        if self.breaker.is_open() {
-            self.count_error("circuit_open");
-            return Err(unavailable(
-                "Redis failed repeatedly; failing fast until a probe succeeds",
-            ));
-        }
-        let link = self.link.read();
-        match &link.conn {
-            Some(conn) => Ok((link.generation, conn.clone())),
-            None => {
-                self.wake.notify_one();
-                drop(link);
-                self.count_error("unavailable");
-                Err(unavailable("not connected to Redis; reconnecting"))
-            }
-        }
-    }
-
-    /// Runs one command within the timeout, feeding the circuit breaker and the metrics.
-    async fn run<T, F, Fut>(&self, call: F) -> Result<T, StoreError>
-    where
-        F: FnOnce(Conn) -> Fut,
-        Fut: Future<Output = RedisResult<T>>,
-    {
-        let (generation, conn) = self.conn()?;
-        let started = Instant::now();
-        let result = tokio::time::timeout(self.timeout, call(conn)).await;
-        metrics::histogram!(METRIC_DURATION, "store" => self.kind())
-            .record(started.elapsed().as_secs_f64());
-        match result {
-            Ok(Ok(value)) => {
-                self.breaker.success();
-                Ok(value)
-            }
-            Ok(Err(e)) => Err(self.failed(generation, e)),
-            Err(_) => {
-                self.count_error("timeout");
-                if self.breaker.failure() {
-                    self.wake.notify_one();
-                }
-                Err(StoreError::Timeout)
-            }
-        }
-    }
-
-    fn failed(&self, generation: u64, e: RedisError) -> StoreError {
-        self.count_error("unavailable");
-        let connection = e.is_io_error()
-            || e.is_connection_dropped()
-            || e.is_connection_refusal()
-            || e.is_timeout()
-            || e.is_unrecoverable_error();
-        if connection {
-            if self.breaker.failure() {
-                self.wake.notify_one();
-            }
-            if !self.target.is_cluster() {
-                self.drop_link(generation);
-            }
-        } else {
-            tracing::warn!(store = self.kind(), error = %e, "Redis refused a command");
-        }
-        unavailable(e.to_string())
+        self.link.kind()
     }
 
     fn items<'p>(
@@ -384,6 +232,7 @@ impl Inner {
     ) -> Result<Vec<Verdict>, StoreError> {
         let invocation = invocation(&self.script, now, Op::Check, requests);
         let reply: Vec<i64> = self
+            .link
             .run(move |mut conn| async move { invocation.invoke_async(&mut conn).await })
             .await?;
         verdicts(requests, &reply)
@@ -433,7 +282,7 @@ impl Inner {
         items: Vec<Item>,
     ) -> Result<Verdict, StoreError> {
         // An open circuit or a missing connection fails here, without queueing.
-        self.conn()?;
+        self.link.ready()?;
         let (reply, answer) = oneshot::channel();
         let decided = async {
             queue
@@ -445,10 +294,10 @@ impl Inner {
                 .map_err(|_| unavailable("the Redis store is shutting down"))?
         };
         // The script call has its own timeout; this one also bounds the wait in the queue.
-        match tokio::time::timeout(self.timeout + QUEUE_SLACK, decided).await {
+        match tokio::time::timeout(self.link.timeout() + QUEUE_SLACK, decided).await {
             Ok(result) => result,
             Err(_) => {
-                self.count_error("timeout");
+                self.link.count_error("timeout");
                 Err(StoreError::Timeout)
             }
         }
@@ -461,7 +310,7 @@ impl Inner {
     ) -> Result<Verdict, StoreError> {
         KeyedCheck::validate_all(items)?;
         let prepared = self.items(items.iter().map(|i| (i.policy, i.key, i.cost)))?;
-        if self.target.is_cluster() {
+        if self.link.is_cluster() {
             let slot = Slot::for_key(&prepared[0].key);
             if prepared.iter().any(|i| Slot::for_key(&i.key) != slot) {
                 return Err(unavailable(
@@ -511,7 +360,7 @@ impl Inner {
         }
         // Standalone: everything in order, in chunks. Cluster: one group per hash slot,
         // since a script may only touch keys of one slot.
-        let groups: Vec<Vec<usize>> = if self.target.is_cluster() {
+        let groups: Vec<Vec<usize>> = if self.link.is_cluster() {
             let mut by_slot: Vec<(Slot, Vec<usize>)> = Vec::new();
             for (j, (_, items, _)) in pending.iter().enumerate() {
                 let slot = Slot::for_key(&items[0].key);
@@ -583,7 +432,7 @@ impl Inner {
             return Ok(());
         }
         let invocation = invocation(&self.script, now, Op::Refund, &[&items]);
-        self.run(
+        self.link.run(
             move |mut conn| async move { invocation.invoke_async::<redis::Value>(&mut conn).await },
         )
         .await
@@ -598,17 +447,19 @@ impl Inner {
         if let Some(cache) = &self.cache {
             cache.forget(&state);
         }
-        self.run(move |mut conn| async move {
-            redis::cmd("DEL")
-                .arg(&state)
-                .query_async::<()>(&mut conn)
-                .await
-        })
-        .await
+        self.link
+            .run(move |mut conn| async move {
+                redis::cmd("DEL")
+                    .arg(&state)
+                    .query_async::<()>(&mut conn)
+                    .await
+            })
+            .await
     }
 
     async fn ping(&self) -> Result<(), StoreError> {
-        self.run(|mut conn| async move { redis::cmd("PING").query_async::<()>(&mut conn).await })
+        self.link
+            .run(|mut conn| async move { redis::cmd("PING").query_async::<()>(&mut conn).await })
             .await
     }
 }

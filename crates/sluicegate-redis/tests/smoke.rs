@@ -117,3 +117,23 @@ async fn auth_in_the_url() {
     assert!(bad.check(CheckRequest::new(&p, "k", 1)).await.is_err());
     let _ = Arc::new(good);
 }
+
+#[tokio::test]
+async fn a_flushed_script_is_loaded_again() {
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    let store = store(&server.url(), "noscript").await;
+    let p = [policy(
+        "p",
+        AlgorithmKind::TokenBucket,
+        5,
+        Duration::from_secs(60),
+    )];
+    let request = CheckRequest::new(&p, "k", 1);
+    assert!(store.check(request).await.unwrap().allowed);
+    assert_eq!(server.cli(&["script", "flush"]).trim(), "OK");
+    // EVALSHA now answers NOSCRIPT; the store loads the script and retries.
+    let verdict = store.check(request).await.unwrap();
+    assert_eq!(verdict.decisions[0].decision.remaining, 3);
+}

@@ -62,17 +62,25 @@ impl Series {
     fn slot(&mut self, at: Micros) -> usize {
         let i = usize::try_from(at / self.bucket).unwrap_or(usize::MAX);
         if i >= self.offered.len() {
-            // Only a delayed release can land past the end; bounded by max_delay.
-            let n = i + 1;
+            // Only a delayed release lands past the end. A huge max_delay must not grow the
+            // chart without bound: past MAX_BUCKETS, releases count in the last bucket.
+            if self.offered.len() >= MAX_BUCKETS {
+                return self.offered.len() - 1;
+            }
+            let n = (i + 1).min(MAX_BUCKETS);
             self.offered.resize(n, 0);
             self.admitted.resize(n, 0);
             self.delayed.resize(n, 0);
             self.rejected.resize(n, 0);
             self.in_period.resize(n, 0);
         }
-        i
+        i.min(self.offered.len() - 1)
     }
 }
+
+/// The most chart buckets kept: the traffic's span takes about 240, delayed releases may
+/// extend it up to this.
+pub const MAX_BUCKETS: usize = 1_000;
 
 /// What one policy did with the traffic.
 #[derive(Debug, Clone)]

@@ -112,7 +112,13 @@ impl Pattern {
         }
         let times = match self {
             Pattern::Steady => steady(params),
-            Pattern::Burst => bursts(params),
+            Pattern::Burst => {
+                let times = bursts(params);
+                if times.len() as u64 > MAX_REQUESTS {
+                    return Err(SimError::TooManyRequests(times.len() as u64));
+                }
+                times
+            }
             Pattern::Boundary => boundary(params),
             Pattern::Poisson => poisson(params),
             Pattern::Ramp => ramp(params),
@@ -150,11 +156,13 @@ fn bursts(p: &PatternParams) -> Vec<Micros> {
     let mut out = Vec::new();
     for clump in 0u64.. {
         let start = clump as f64 * every;
-        if start >= p.duration as f64 {
+        // A clump larger than the traffic bound would be all the memory on its own.
+        if start >= p.duration as f64 || out.len() as u64 > MAX_REQUESTS {
             break;
         }
+        let room = (MAX_REQUESTS + 1).saturating_sub(out.len() as u64);
         out.extend(
-            (0..size)
+            (0..size.min(room))
                 .map(|i| (start + i as f64 * spacing) as Micros)
                 .take_while(|t| *t < p.duration),
         );

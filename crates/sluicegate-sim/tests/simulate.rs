@@ -467,3 +467,35 @@ fn missing_or_bad_flags_are_clear_errors() {
     assert!(Cli::try_parse_from(["simulate", "--pattern", "zigzag"]).is_err());
     assert!(Cli::try_parse_from(["simulate", "--pattern", "steady", "--period", "soon"]).is_err());
 }
+
+#[test]
+fn a_huge_max_delay_does_not_grow_the_chart_without_bound() {
+    // One request a year for ten years against 1 a year, each waiting up to a century.
+    let sim = args(&[
+        "--algorithm",
+        "gcra",
+        "--limit",
+        "1",
+        "--period",
+        "365d",
+        "--burst",
+        "1",
+        "--mode",
+        "delay",
+        "--max-delay",
+        "36500d",
+        "--pattern",
+        "steady",
+        "--rate",
+        "0.0001",
+        "--duration",
+        "3650d",
+    ])
+    .simulate()
+    .unwrap();
+    let run = &sim.runs[0];
+    assert!(run.delayed > 0);
+    assert!(run.series.admitted.len() <= engine::MAX_BUCKETS);
+    assert_eq!(run.series.admitted.iter().sum::<u64>(), run.admitted);
+    roxmltree::Document::parse(&sim.svg().unwrap()).unwrap();
+}

@@ -105,7 +105,7 @@ impl Algorithm for SlidingWindow {
             start + self.elapsed_needed(previous, self.limit - current - cost)
         } else {
             // In the next window, where today's count becomes the weighted one.
-            start + self.period + self.elapsed_needed(current, self.limit - cost)
+            start + self.period + self.elapsed_needed(current, self.limit.saturating_sub(cost))
         };
         Decision::deny(
             self.limit,
