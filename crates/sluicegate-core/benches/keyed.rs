@@ -22,8 +22,8 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::RefCell;
 use std::hint::black_box;
 use std::num::NonZeroU32;
-use std::sync::Once;
 use std::sync::atomic::{AtomicIsize, Ordering};
+use std::sync::{Arc, Once};
 use std::time::{Duration, Instant};
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
@@ -31,9 +31,9 @@ use governor::{Quota, RateLimiter};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use sluicegate_core::algorithm::{Algorithm, Gcra, Quota as Q, TokenBucket};
-use sluicegate_core::clock::Micros;
+use sluicegate_core::clock::{Clock, Micros};
 use sluicegate_core::memory::KeyedLimiter;
-use sluicegate_core::{AlgorithmKind, Policy};
+use sluicegate_core::{AlgorithmKind, CheckRequest, MemoryStore, Policy};
 
 /// Counts live heap bytes, to measure memory per tracked key.
 struct Counting;
@@ -153,6 +153,51 @@ impl<A: Algorithm> Subject for Ours<A> {
     }
 }
 
+/// The TSC clock (quanta, as governor uses) as a store clock, in µs since the epoch.
+struct Tsc {
+    clock: quanta::Clock,
+    start: quanta::Instant,
+}
+
+impl Clock for Tsc {
+    fn now(&self) -> Micros {
+        1_700_000_000_000_000 + self.clock.now().duration_since(self.start).as_micros() as Micros
+    }
+}
+
+/// The whole `MemoryStore` path (policy lookup, verdict), one gcra policy, on the TSC clock.
+struct Store {
+    store: MemoryStore<Tsc>,
+    policies: [Arc<Policy>; 1],
+}
+
+impl Store {
+    fn new() -> Self {
+        let clock = quanta::Clock::new();
+        let tsc = Tsc {
+            start: clock.now(),
+            clock,
+        };
+        Store {
+            store: MemoryStore::with_clock(2_000_000, tsc),
+            policies: [Arc::new(policy(AlgorithmKind::Gcra))],
+        }
+    }
+}
+
+impl Subject for Store {
+    #[inline]
+    fn check_id(&self, id: u64) -> bool {
+        let mut buf = [0u8; 23];
+        let request = CheckRequest::new(&self.policies, key_text(id, &mut buf), 1);
+        self.store.check_now(request).is_ok_and(|v| v.allowed)
+    }
+
+    fn len(&self) -> usize {
+        self.store.len()
+    }
+}
+
 struct GovString(governor::DefaultKeyedRateLimiter<String>);
 struct GovU64(governor::DefaultKeyedRateLimiter<u64>);
 
@@ -191,7 +236,7 @@ impl Subject for GovU64 {
 type Make = fn() -> Box<dyn Subject>;
 
 /// The subjects, built lazily: a filtered-out benchmark never builds (nor fills) its own.
-const SUBJECTS: [(&str, Make); 4] = [
+const SUBJECTS: [(&str, Make); 5] = [
     ("sluicegate_gcra", || {
         Box::new(Ours::<Gcra>::new(AlgorithmKind::Gcra))
     }),
@@ -204,6 +249,7 @@ const SUBJECTS: [(&str, Make); 4] = [
     ("governor_u64", || {
         Box::new(GovU64(RateLimiter::keyed(quota())))
     }),
+    ("sluicegate_store_gcra", || Box::new(Store::new())),
 ];
 
 /// Builds a subject and checks every key once, so it holds the whole key set.
@@ -374,7 +420,7 @@ fn report_interleaved() {
                     "ab/{n}/{threads}thread/{name}: median {:.1} CPU ns a check",
                     median(ns[k].clone())
                 );
-                if k < 2 {
+                if k < 2 || k == 4 {
                     println!(
                         "{line}; throughput vs governor_string {:.2}x, vs governor_u64 {:.2}x",
                         ratio(k, 2),

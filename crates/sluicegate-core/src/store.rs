@@ -250,7 +250,9 @@ pub trait Store: Send + Sync + 'static {
     /// Whether the store answers (for `/readyz`).
     fn ping(&self) -> BoxFuture<'_, Result<(), StoreError>>;
 
-    /// Keys currently tracked, where the store knows cheaply (the in-memory store).
+    /// Keys currently tracked, where the store knows cheaply (the in-memory store, which
+    /// counts (policy, key) states: a key under three policies counts three, as `max_keys`
+    /// does).
     fn tracked_keys(&self) -> Option<u64> {
         None
     }

@@ -31,19 +31,18 @@ async fn denials_are_repeated_locally_until_retry_after() {
     let cached = RedisStore::connect(config).await.unwrap();
     let plain = support::store(&server.url(), "cache").await;
 
+    // A bucket refilling once every half hour: its denials outlast the test.
     let p = [policy(
         "p",
-        AlgorithmKind::FixedWindow,
+        AlgorithmKind::TokenBucket,
         2,
-        Duration::from_millis(700),
+        Duration::from_secs(3600),
     )];
     let request = CheckRequest::new(&p, "k", 1);
-    let denied = loop {
-        let verdict = cached.check(request).await.unwrap();
-        if !verdict.allowed {
-            break verdict;
-        }
-    };
+    assert!(cached.check(request).await.unwrap().allowed);
+    assert!(cached.check(request).await.unwrap().allowed);
+    let denied = cached.check(request).await.unwrap();
+    assert!(!denied.allowed);
     let calls = script_calls(&server);
     for _ in 0..20 {
         let again = cached.check(request).await.unwrap();
@@ -55,38 +54,34 @@ async fn denials_are_repeated_locally_until_retry_after() {
         calls,
         "cached denials made no round trip"
     );
-    // A read (cost 0) always asks Redis.
-    assert!(
-        cached
-            .check(CheckRequest::new(&p, "k", 0))
-            .await
-            .unwrap()
-            .allowed
-    );
+    // A read (cost 0) always asks Redis, and sees the same state as another instance.
+    let read = cached.check(CheckRequest::new(&p, "k", 0)).await.unwrap();
+    assert_eq!(read.decisions[0].decision.remaining, 0);
     assert_eq!(script_calls(&server), calls + 1);
+    let elsewhere = plain.check(request).await.unwrap();
+    assert!(!elsewhere.allowed, "Redis itself denies too");
 
-    // Once the window ends, Redis admits again and so does the cache: it only denied until
-    // retry_after. Every admission in the meantime came from Redis itself.
+    // A reset through the caching store forgets its cached denials.
+    cached.reset(&p[0], "k").await.unwrap();
+    assert!(cached.check(request).await.unwrap().allowed);
+
+    // Once retry_after has passed, the cache lets Redis decide again (and Redis admits).
+    let short = [policy(
+        "short",
+        AlgorithmKind::TokenBucket,
+        2,
+        Duration::from_millis(400),
+    )];
+    let request = CheckRequest::new(&short, "k", 1);
+    while cached.check(request).await.unwrap().allowed {}
     let started = Instant::now();
-    loop {
-        let verdict = cached.check(request).await.unwrap();
-        if verdict.allowed {
-            break;
-        }
+    while !cached.check(request).await.unwrap().allowed {
         assert!(
             started.elapsed() < Duration::from_secs(3),
             "cache kept denying"
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    // Another instance sees the same state: the one admission above was Redis's.
-    let read = plain.check(CheckRequest::new(&p, "k", 0)).await.unwrap();
-    assert!(read.decisions[0].decision.remaining <= 1);
-
-    // A reset through the caching store forgets its cached denials.
-    while cached.check(request).await.unwrap().allowed {}
-    cached.reset(&p[0], "k").await.unwrap();
-    assert!(cached.check(request).await.unwrap().allowed);
 }
 
 #[tokio::test]

@@ -3,7 +3,7 @@
 //! mistaken for the state of a newer one that reuses its index.
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
 use parking_lot::RwLock;
 
@@ -18,9 +18,16 @@ pub(crate) struct PolicyRef {
     pub(crate) id: u64,
 }
 
+/// Most `Arc<Policy>` allocations remembered by address (see [`Registry::get_or_add`]).
+const MAX_REMEMBERED: usize = 4096;
+
 #[derive(Debug, Default)]
 struct Inner {
     by_policy: HashMap<Policy, PolicyRef>,
+    /// By the address of the caller's `Arc<Policy>`: a lookup without hashing the whole
+    /// policy. The `Weak` keeps the allocation, so the address cannot be reused by another
+    /// policy while it is here.
+    by_address: HashMap<usize, (Weak<Policy>, PolicyRef), foldhash::fast::RandomState>,
     free: Vec<usize>,
     next_index: usize,
     next_id: u64,
@@ -32,28 +39,49 @@ struct Inner {
 pub(crate) struct Registry(RwLock<Inner>);
 
 impl Registry {
-    /// The place of `policy`, registering it on first use.
-    pub(crate) fn get_or_add(&self, policy: &Policy) -> PolicyRef {
-        if let Some(r) = self.0.read().by_policy.get(policy) {
-            return *r;
+    /// The place of `policy`, registering it on first use. Callers keep their policies in
+    /// `Arc`s for the life of a configuration, so the address of the `Arc` is remembered
+    /// and the next lookup costs one pointer hash instead of hashing the whole policy.
+    pub(crate) fn get_or_add(&self, policy: &Arc<Policy>) -> PolicyRef {
+        let address = Arc::as_ptr(policy) as usize;
+        {
+            let inner = self.0.read();
+            if let Some((_, r)) = inner.by_address.get(&address) {
+                return *r;
+            }
         }
         let mut inner = self.0.write();
-        if let Some(r) = inner.by_policy.get(policy) {
-            return *r;
-        }
-        let index = match inner.free.pop() {
-            Some(index) => index,
+        let r = match inner.by_policy.get(&**policy) {
+            Some(r) => *r,
             None => {
-                inner.next_index += 1;
-                inner.next_index - 1
+                let index = match inner.free.pop() {
+                    Some(index) => index,
+                    None => {
+                        inner.next_index += 1;
+                        inner.next_index - 1
+                    }
+                };
+                inner.next_id += 1;
+                let r = PolicyRef {
+                    index,
+                    id: inner.next_id,
+                };
+                inner.by_policy.insert((**policy).clone(), r);
+                r
             }
         };
-        inner.next_id += 1;
-        let r = PolicyRef {
-            index,
-            id: inner.next_id,
-        };
-        inner.by_policy.insert(policy.clone(), r);
+        if inner.by_address.len() >= MAX_REMEMBERED {
+            // Callers that make a new `Arc` per request: forget the dead ones; if that is
+            // not enough, stop remembering (lookups stay correct, only slower).
+            inner
+                .by_address
+                .retain(|_, (weak, _)| weak.strong_count() > 0);
+        }
+        if inner.by_address.len() < MAX_REMEMBERED {
+            inner
+                .by_address
+                .insert(address, (Arc::downgrade(policy), r));
+        }
         r
     }
 
@@ -74,11 +102,57 @@ impl Registry {
             }
             kept
         });
+        inner
+            .by_address
+            .retain(|_, (weak, r)| weak.strong_count() > 0 && !dropped.contains(r));
         dropped
     }
 
     /// Makes the indices of dropped policies available again.
     pub(crate) fn release(&self, dropped: &[PolicyRef]) {
         self.0.write().free.extend(dropped.iter().map(|r| r.index));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::AlgorithmKind;
+
+    fn policy(limit: u64) -> Policy {
+        Policy::builder("p", AlgorithmKind::Gcra, limit, Duration::from_secs(1))
+            .build()
+            .unwrap()
+    }
+
+    #[test]
+    fn equal_policies_share_a_place_whatever_their_arc() {
+        let registry = Registry::default();
+        let first = registry.get_or_add(&Arc::new(policy(5)));
+        // A caller that makes a new Arc per request: same place, bounded memory.
+        for _ in 0..3 * MAX_REMEMBERED {
+            assert_eq!(registry.get_or_add(&Arc::new(policy(5))), first);
+        }
+        assert!(registry.0.read().by_address.len() <= MAX_REMEMBERED);
+        let other = registry.get_or_add(&Arc::new(policy(6)));
+        assert_ne!(other.id, first.id);
+    }
+
+    #[test]
+    fn retain_forgets_dropped_policies_and_their_addresses() {
+        let registry = Registry::default();
+        let (a, b) = (Arc::new(policy(5)), Arc::new(policy(6)));
+        let ra = registry.get_or_add(&a);
+        let rb = registry.get_or_add(&b);
+        let dropped = registry.retain(std::slice::from_ref(&a));
+        assert_eq!(dropped, vec![rb]);
+        registry.release(&dropped);
+        assert_eq!(registry.get_or_add(&a), ra);
+        // b comes back as a new policy: new id, its old index reused.
+        let again = registry.get_or_add(&b);
+        assert_eq!(again.index, rb.index);
+        assert!(again.id > rb.id);
     }
 }

@@ -8,6 +8,7 @@
 -- (see `range.rs`). Division is the one operation that rounds, so it is corrected here.
 
 local floor = math.floor
+local ceil = math.ceil
 local max = math.max
 local min = math.min
 local EXACT = 9007199254740992 -- 2^53

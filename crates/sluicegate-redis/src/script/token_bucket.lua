@@ -46,16 +46,40 @@ local function token_bucket()
     return idiv(scaled, q.period)
   end
 
+  -- The hot path of the common policy, so it is written out: the same steps as
+  -- tokens_at, refill_time and whole, without their calls. Every operand here is below
+  -- 2^52 (range.rs), where floor and ceil of a double division are exact. The refilled
+  -- level is kept in st[3] for commit.
   function M.eval(q, st, now, cost)
-    local cap = q.burst * q.period
-    local tokens = tokens_at(q, st, now)
-    local after = tokens - cost * q.period
-    local reset = refill_time(q, cap - after)
+    local limit, period = q.limit, q.period
+    local cap = q.burst * period
+    local tokens = cap
+    if st then
+      local deficit = cap - st[1]
+      if deficit > 0 then
+        local elapsed = now - st[2]
+        if elapsed <= 0 then
+          tokens = st[1]
+        elseif elapsed < ceil(deficit / limit) then
+          tokens = st[1] + elapsed * limit
+        end
+      end
+      st[3] = tokens
+    end
+    local after = tokens - cost * period
+    local reset = 0
+    if cap > after then
+      reset = ceil((cap - after) / limit)
+    end
     -- A read (cost 0) is always admitted, even while delayed requests keep the bucket in debt.
     if after >= 0 or cost == 0 then
-      return 1, whole(q, after), reset, -1, 0
+      local remaining = 0
+      if after > 0 then
+        remaining = floor(after / period)
+      end
+      return 1, remaining, reset, -1, 0
     end
-    local wait = refill_time(q, -after)
+    local wait = ceil(-after / limit)
     if q.max_delay >= 0 and wait <= q.max_delay then
       return 1, 0, reset, -1, wait
     end
@@ -74,7 +98,11 @@ local function token_bucket()
   end
 
   function M.commit(key, q, st, now, cost)
-    store(key, q, st, now, tokens_at(q, st, now) - cost * q.period)
+    local tokens = q.burst * q.period
+    if st then
+      tokens = st[3] -- refilled by eval
+    end
+    store(key, q, st, now, tokens - cost * q.period)
   end
 
   function M.refund(key, q, st, now, cost)
