@@ -102,9 +102,22 @@ impl Dashboard {
 /// server's router.
 pub fn router<S: Clone + Send + Sync + 'static>(dashboard: Dashboard) -> Router<S> {
     Router::new()
-        .route("/dashboard", get(page))
-        .route("/dashboard/data", get(data))
+        .route("/dashboard", get(page).fallback(method_not_allowed))
+        .route("/dashboard/data", get(data).fallback(method_not_allowed))
         .with_state(dashboard)
+}
+
+/// Any method but GET/HEAD: the JSON error shape of the rest of the server's API.
+async fn method_not_allowed() -> Response {
+    (
+        axum::http::StatusCode::METHOD_NOT_ALLOWED,
+        [(header::ALLOW, "GET, HEAD")],
+        Json(serde_json::json!({
+            "error": "method_not_allowed",
+            "message": "the dashboard only answers GET",
+        })),
+    )
+        .into_response()
 }
 
 async fn page() -> Response {

@@ -174,8 +174,14 @@ mod tests {
 
     fn heap_ok<K: Hash + Eq + Clone>(s: &SpaceSaving<K>) -> bool {
         (1..s.heap.len()).all(|i| s.count_at((i - 1) / 2) <= s.count_at(i))
-            && s.heap.iter().enumerate().all(|(i, slot)| s.position[*slot] == i)
-            && s.slots.iter().enumerate().all(|(slot, c)| s.index.get(&c.item) == Some(&slot))
+            && s.heap
+                .iter()
+                .enumerate()
+                .all(|(i, slot)| s.position[*slot] == i)
+            && s.slots
+                .iter()
+                .enumerate()
+                .all(|(slot, c)| s.index.get(&c.item) == Some(&slot))
             && s.index.len() == s.slots.len()
             && s.heap.len() == s.slots.len()
     }
