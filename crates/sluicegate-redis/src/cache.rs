@@ -40,7 +40,7 @@ impl DenyCache {
             return None;
         }
         let now = Instant::now();
-        let decided: Vec<(Arc<Policy>, Decision)> = {
+        let decided: Vec<(Arc<Policy>, Decision, u64)> = {
             let entries = self.entries.lock();
             let denial = entries.get(key)?;
             if now >= denial.until || cost < denial.cost || denial.decisions.len() != policies.len()
