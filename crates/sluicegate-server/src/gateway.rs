@@ -43,6 +43,11 @@ impl Listeners {
     /// Binds one socket per available core to `addr` (port 0: one free port for all).
     pub fn bind(addr: SocketAddr) -> Result<Listeners, String> {
         let workers = std::thread::available_parallelism().map_or(1, |n| n.get());
+        // SO_REUSEPORT would let a second instance share the port silently; an ordinary
+        // bind first fails as usual when the address is taken, and fixes a port-0 choice.
+        let addr = std::net::TcpListener::bind(addr)
+            .and_then(|probe| probe.local_addr())
+            .map_err(|e| format!("cannot listen on {addr} (gateway): {e}"))?;
         let first = reuse_socket(addr)?;
         let addr = first
             .local_addr()
