@@ -41,3 +41,18 @@ run poisson-hour \
 run poisson-under-limit \
   --algorithm all --limit 100 --period 1s \
   --pattern poisson --rate 90 --duration 1h --seed 1
+
+# sliding_window's worst case: the previous window's requests all in its last millisecond,
+# then steady requests; the estimate spreads them over the whole window and admits almost
+# 2 × limit within one period. The trace is written here, so the script stays the source.
+trace=$(mktemp --suffix=.csv)
+trap 'rm -f "$trace"' EXIT
+{
+  echo timestamp_ms
+  for _ in $(seq 10); do echo 59999; done
+  for i in $(seq 0 19); do echo $((60000 + i * 3000)); done
+} > "$trace"
+run sliding-window-worst \
+  --algorithm fixed_window,sliding_window,sliding_log \
+  --limit 10 --period 1m --pattern "trace:$trace" --duration 3m
+sed -i "s|trace:$trace|trace:requests.csv|" "$out/sliding-window-worst.txt" "$out/sliding-window-worst.svg"

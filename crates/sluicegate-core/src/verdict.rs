@@ -64,20 +64,30 @@ pub struct Verdict {
 }
 
 impl Verdict {
-    /// Combines per-policy decisions (in request order) by the all-or-nothing rule.
-    /// Returns the verdict and, per policy, whether the store must consume from it.
-    pub fn combine(decided: Vec<(Arc<Policy>, Decision)>) -> (Verdict, Vec<bool>) {
+    /// Combines per-policy decisions `(policy, decision, cost)` (in request order) by the
+    /// all-or-nothing rule. Returns the verdict and, per policy, whether the store must
+    /// consume from it.
+    ///
+    /// An admitting decision reports `remaining` as if its cost were taken; when the request
+    /// is denied nothing is taken, so those policies get their `cost` back in `remaining`.
+    pub fn combine(decided: Vec<(Arc<Policy>, Decision, u64)>) -> (Verdict, Vec<bool>) {
         let enforcing = |p: &Policy| p.mode() != Mode::Shadow;
-        let allowed = decided.iter().all(|(p, d)| d.allowed || !enforcing(p));
+        let allowed = decided.iter().all(|(p, d, _)| d.allowed || !enforcing(p));
         let delay = if allowed {
-            decided.iter().map(|(_, d)| d.delay).max().unwrap_or(0)
+            decided.iter().map(|(_, d, _)| d.delay).max().unwrap_or(0)
         } else {
             0
         };
         let mut consume = Vec::with_capacity(decided.len());
         let decisions = decided
             .into_iter()
-            .map(|(policy, decision)| {
+            .map(|(policy, mut decision, cost)| {
+                if !allowed && decision.allowed {
+                    decision.remaining = decision
+                        .remaining
+                        .saturating_add(cost)
+                        .min(policy.capacity());
+                }
                 let outcome = match (decision.allowed, enforcing(&policy)) {
                     (true, _) if decision.delay > 0 => Outcome::Delayed,
                     (true, _) => Outcome::Allowed,
@@ -114,7 +124,7 @@ impl Verdict {
     /// let (verdict, consume) = Verdict::combine_one(Arc::clone(&p), denied);
     /// assert!(verdict.allowed && !consume); // shadow: goes ahead, consumes nothing
     /// assert_eq!((verdict, consume), {
-    ///     let (v, c) = Verdict::combine(vec![(p, denied)]);
+    ///     let (v, c) = Verdict::combine(vec![(p, denied, 1)]);
     ///     (v, c[0])
     /// });
     /// ```
@@ -211,5 +221,47 @@ impl VerdictObserver for Vec<Arc<dyn VerdictObserver>> {
         for observer in self {
             observer.observe(key, verdict);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::AlgorithmKind;
+    use std::time::Duration;
+
+    fn policy(name: &str) -> Arc<Policy> {
+        Arc::new(
+            Policy::builder(
+                name,
+                AlgorithmKind::FixedWindow,
+                10,
+                Duration::from_secs(60),
+            )
+            .build()
+            .unwrap(),
+        )
+    }
+
+    #[test]
+    fn a_denial_gives_the_admitting_policies_their_cost_back() {
+        let (verdict, consume) = Verdict::combine(vec![
+            (policy("a"), Decision::allow(10, 6, 1), 3),
+            (policy("b"), Decision::deny(10, 0, 1, 1), 3),
+        ]);
+        assert!(!verdict.allowed);
+        assert_eq!(consume, vec![false, false]);
+        assert_eq!(verdict.decisions[0].decision.remaining, 9);
+    }
+
+    #[test]
+    fn an_admission_keeps_remaining_as_evaluated() {
+        let (verdict, consume) = Verdict::combine(vec![
+            (policy("a"), Decision::allow(10, 6, 1), 3),
+            (policy("b"), Decision::allow(10, 2, 1), 3),
+        ]);
+        assert!(verdict.allowed);
+        assert_eq!(consume, vec![true, true]);
+        assert_eq!(verdict.deciding().unwrap().decision.remaining, 2);
     }
 }

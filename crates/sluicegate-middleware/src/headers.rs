@@ -340,14 +340,17 @@ mod tests {
             (
                 policy("burst", 5, Duration::from_millis(250), Mode::Reject),
                 Decision::allow(5, 4, 1),
+                1,
             ),
             (
                 policy("day", 1000, Duration::from_secs(86_400), Mode::Reject),
                 Decision::allow(1000, 999, 86_399_000_001),
+                1,
             ),
             (
                 policy("dry", 1, Duration::from_secs(1), Mode::Shadow),
                 Decision::deny(1, 0, 1, 1),
+                1,
             ),
         ]);
         let mut h = HeaderMap::new();
@@ -367,10 +370,12 @@ mod tests {
             (
                 policy("a", 5, Duration::from_secs(1), Mode::Reject),
                 Decision::deny(5, 0, 1_000_000, 200_000),
+                1,
             ),
             (
                 policy("b", 5, Duration::from_secs(60), Mode::Reject),
                 Decision::deny(5, 0, 60_000_000, 12_000_001),
+                1,
             ),
         ]);
         let response = rejection_response(

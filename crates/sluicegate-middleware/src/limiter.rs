@@ -168,7 +168,7 @@ impl RateLimiter {
             None => self.store.check(request).await,
         };
         let verdict = match result {
-            Ok(verdict) => unconsumed_remaining(verdict, COST),
+            Ok(verdict) => verdict,
             Err(error) => {
                 self.warn_store_error(&error);
                 Verdict::store_failed(policies)
@@ -209,19 +209,6 @@ impl RateLimiter {
             tracing::warn!(store = self.store.kind(), %error, "rate-limit store failed; on_store_error applies");
         }
     }
-}
-
-/// A policy's `remaining` assumes its decision is carried out; when another policy
-/// rejects the request nothing is consumed, so the admitting ones still have `cost` more.
-fn unconsumed_remaining(mut verdict: Verdict, cost: u64) -> Verdict {
-    if !verdict.allowed {
-        for d in &mut verdict.decisions {
-            if d.decision.allowed {
-                d.decision.remaining = d.decision.remaining.saturating_add(cost);
-            }
-        }
-    }
-    verdict
 }
 
 /// Every HTTP request weighs one.

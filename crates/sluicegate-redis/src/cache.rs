@@ -40,7 +40,7 @@ impl DenyCache {
             return None;
         }
         let now = Instant::now();
-        let decided: Vec<(Arc<Policy>, Decision)> = {
+        let decided: Vec<(Arc<Policy>, Decision, u64)> = {
             let entries = self.entries.lock();
             let denial = entries.get(key)?;
             if now >= denial.until || cost < denial.cost || denial.decisions.len() != policies.len()
@@ -55,7 +55,8 @@ impl DenyCache {
                     let mut d = *decision;
                     d.reset_after = d.reset_after.saturating_sub(elapsed);
                     d.retry_after = d.retry_after.map(|r| r.saturating_sub(elapsed).max(1));
-                    (Arc::clone(policy), d)
+                    // Already corrected for the unconsumed cost when first combined.
+                    (Arc::clone(policy), d, 0)
                 })
                 .collect()
         };
@@ -131,6 +132,7 @@ mod tests {
         Verdict::combine(vec![(
             Arc::clone(policy),
             Decision::deny(1, 0, 60_000_000, 30_000_000),
+            1,
         )])
         .0
     }

@@ -43,6 +43,11 @@ impl Listeners {
     /// Binds one socket per available core to `addr` (port 0: one free port for all).
     pub fn bind(addr: SocketAddr) -> Result<Listeners, String> {
         let workers = std::thread::available_parallelism().map_or(1, |n| n.get());
+        // SO_REUSEPORT would let a second instance share the port silently; an ordinary
+        // bind first fails as usual when the address is taken, and fixes a port-0 choice.
+        let addr = std::net::TcpListener::bind(addr)
+            .and_then(|probe| probe.local_addr())
+            .map_err(|e| format!("cannot listen on {addr} (gateway): {e}"))?;
         let first = reuse_socket(addr)?;
         let addr = first
             .local_addr()
@@ -79,20 +84,24 @@ fn reuse_socket(addr: SocketAddr) -> Result<TcpSocket, String> {
     Ok(socket)
 }
 
-/// Serves the gateway until `stop` turns true, then drains.
+/// Starts the gateway's workers and returns once every one of them listens (so a client
+/// never finds the port closed after the server said it is ready). The returned future
+/// resolves when they have all stopped (after `stop` turns true, and draining).
 ///
 /// Each socket gets its own thread running a single-threaded Tokio runtime with its own
 /// upstream connection pool, the way nginx runs one event loop per worker: a proxied
 /// request then never hops between threads (which costs more than the proxying itself on
 /// a small machine).
-pub async fn run(
+pub async fn start(
     listeners: Listeners,
     state: AppState,
     stop: tokio::sync::watch::Receiver<bool>,
-) -> Result<(), String> {
+) -> Result<impl std::future::Future<Output = Result<(), String>> + Send + 'static, String> {
+    let mut ready = Vec::new();
     let mut done = Vec::new();
     for (i, socket) in listeners.sockets.into_iter().enumerate() {
-        let (tx, rx) = tokio::sync::oneshot::channel();
+        let (ready_tx, ready_rx) = tokio::sync::oneshot::channel::<Result<(), String>>();
+        let (done_tx, done_rx) = tokio::sync::oneshot::channel::<Result<(), String>>();
         let state = state.clone();
         let stop = stop.clone();
         std::thread::Builder::new()
@@ -102,27 +111,40 @@ pub async fn run(
                     .enable_all()
                     .build()
                     .map_err(|e| format!("gateway runtime: {e}"))
-                    .and_then(|rt| rt.block_on(worker(socket, state, stop)));
-                let _ = tx.send(result);
+                    .and_then(|rt| rt.block_on(worker(socket, state, stop, ready_tx)));
+                let _ = done_tx.send(result);
             })
             .map_err(|e| format!("gateway thread: {e}"))?;
-        done.push(rx);
+        ready.push(ready_rx);
+        done.push(done_rx);
     }
-    for rx in done {
+    for rx in ready {
         rx.await
-            .map_err(|_| "a gateway worker panicked".to_owned())??;
+            .map_err(|_| "a gateway worker failed to start".to_owned())??;
     }
-    Ok(())
+    Ok(async move {
+        for rx in done {
+            rx.await
+                .map_err(|_| "a gateway worker panicked".to_owned())??;
+        }
+        Ok(())
+    })
 }
 
 async fn worker(
     socket: TcpSocket,
     state: AppState,
     stop: tokio::sync::watch::Receiver<bool>,
+    ready: tokio::sync::oneshot::Sender<Result<(), String>>,
 ) -> Result<(), String> {
-    let listener = socket
-        .listen(1024)
-        .map_err(|e| format!("gateway listen: {e}"))?;
+    let listener = match socket.listen(1024) {
+        Ok(listener) => listener,
+        Err(e) => {
+            let _ = ready.send(Err(format!("gateway listen: {e}")));
+            return Ok(());
+        }
+    };
+    let _ = ready.send(Ok(()));
     let mut connector = HttpConnector::new();
     connector.set_connect_timeout(Some(CONNECT_TIMEOUT));
     connector.set_nodelay(true);

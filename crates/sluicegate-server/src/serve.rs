@@ -103,11 +103,8 @@ async fn serve(
             listeners.local_addr(),
             gateway.upstream
         );
-        tasks.spawn(crate::gateway::run(
-            listeners,
-            state.clone(),
-            stop_rx.clone(),
-        ));
+        let running = crate::gateway::start(listeners, state.clone(), stop_rx.clone()).await?;
+        tasks.spawn(running);
     }
     if let Some(envoy) = config.envoy.clone()
         && let Some(addr) = envoy.listen

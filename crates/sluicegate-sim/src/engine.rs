@@ -197,7 +197,8 @@ where
         let key = arrival.key as usize;
         let state = &mut states[key];
         let decision = alg.evaluate(state, now, arrival.cost, budget);
-        let (verdict, consume) = Verdict::combine(vec![(Arc::clone(policy), decision)]);
+        let (verdict, consume) =
+            Verdict::combine(vec![(Arc::clone(policy), decision, arrival.cost)]);
         if consume.first().copied().unwrap_or(false) {
             alg.consume(state, now, arrival.cost);
             run.state_bytes = run.state_bytes.max(state.state_bytes());

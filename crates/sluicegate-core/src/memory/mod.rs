@@ -196,7 +196,7 @@ impl<C: Clock> MemoryStore<C> {
             order.iter().map(|&s| self.shards[s].lock()).collect();
         let guard = |shard: usize| order.partition_point(|&s| s < shard);
 
-        let decided: Vec<(Arc<Policy>, Decision)> = items
+        let decided: Vec<(Arc<Policy>, Decision, u64)> = items
             .iter()
             .zip(&parts)
             .map(|(item, (r, fp, s))| {
@@ -206,7 +206,7 @@ impl<C: Clock> MemoryStore<C> {
                     fp: *fp,
                 };
                 let d = guards[guard(*s)].evaluate(target, now, item.cost);
-                (Arc::clone(item.policy), d)
+                (Arc::clone(item.policy), d, item.cost)
             })
             .collect();
         let (verdict, consume) = Verdict::combine(decided);

@@ -142,7 +142,7 @@ pub(crate) fn verdicts(requests: &[&[Item]], reply: &[i64]) -> Result<Vec<Verdic
             } else {
                 Decision::deny(limit, num(v[1])?, num(v[2])?, num(v[3])?)
             };
-            decided.push((Arc::clone(&item.policy), decision));
+            decided.push((Arc::clone(&item.policy), decision, item.cost));
         }
         out.push(Verdict::combine(decided).0);
     }

@@ -3,8 +3,8 @@
 use std::sync::Arc;
 
 use axum::Json;
-use axum::extract::State;
 use axum::extract::rejection::BytesRejection;
+use axum::extract::{FromRequest, State};
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use sluicegate_core::{CheckRequest, Policy, Verdict};
@@ -31,11 +31,12 @@ use sluicegate_middleware::headers::write_headers;
     ))]
 pub async fn check(
     State(state): State<AppState>,
-    request_headers: HeaderMap,
-    body: Result<axum::body::Bytes, BytesRejection>,
+    request: axum::extract::Request,
 ) -> Result<Response, ApiError> {
-    require_json(&request_headers)?;
-    let body = body.map_err(|e| {
+    // Taking the request whole avoids copying its header map for one header.
+    require_json(request.headers())?;
+    let body = axum::body::Bytes::from_request(request, &()).await;
+    let body = body.map_err(|e: BytesRejection| {
         if e.status() == axum::http::StatusCode::PAYLOAD_TOO_LARGE {
             ApiError::too_large()
         } else {
