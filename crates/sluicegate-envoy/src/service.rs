@@ -35,6 +35,10 @@ use crate::tree::{Rule, RuleKind};
 use crate::yaml::Unit;
 use sluicegate_middleware::headers::RejectionBody;
 
+/// Most descriptors one request may carry; more is `INVALID_ARGUMENT` (Envoy sends one per
+/// `rate_limits` entry of a route, a handful in practice).
+pub const MAX_DESCRIPTORS: usize = 1024;
+
 /// The rate limit service: a store, the Envoy configuration, and how to answer.
 ///
 /// ```
@@ -116,8 +120,8 @@ impl RateLimitService {
         RateLimitServiceServer::new(self)
     }
 
-    /// Decides one request. Errors: `INVALID_ARGUMENT` for an empty domain or descriptor
-    /// list, `UNAVAILABLE` when the store fails (Envoy's `failure_mode_deny` decides).
+    /// Decides one request. Errors: `INVALID_ARGUMENT` for an empty domain, an empty
+    /// descriptor list or more than [`MAX_DESCRIPTORS`], `UNAVAILABLE` when the store fails (Envoy's `failure_mode_deny` decides).
     pub async fn decide(&self, request: &RateLimitRequest) -> Result<RateLimitResponse, Status> {
         if request.domain.is_empty() {
             metrics::record_error("invalid");
@@ -130,6 +134,12 @@ impl RateLimitService {
             return Err(Status::invalid_argument(
                 "rate limit descriptor list must not be empty",
             ));
+        }
+        if request.descriptors.len() > MAX_DESCRIPTORS {
+            metrics::record_error("invalid");
+            return Err(Status::invalid_argument(format!(
+                "at most {MAX_DESCRIPTORS} descriptors per request"
+            )));
         }
         let config = self.config.get();
         let domain = request.domain.as_str();
@@ -321,7 +331,6 @@ impl RateLimitService {
                     KeyedCheck::new(&items[i].policy, &items[i].key, cost)
                 })
                 .collect();
-            let costs: Vec<u64> = checks.iter().map(|c| c.cost).collect();
             let result = self.store.check_keyed(&checks).await;
             drop(checks);
             let verdict = match result {
@@ -332,17 +341,9 @@ impl RateLimitService {
                 }
             };
             let consumed = verdict.allowed;
-            for ((&i, mut decision), cost) in members.iter().zip(verdict.decisions).zip(costs) {
-                // A decision that would have admitted counts its own cost as taken; when
-                // the request as a whole is refused nothing was, so report it untaken.
-                if !consumed && decision.decision.allowed {
-                    let capacity = decision.policy.capacity();
-                    decision.decision.remaining = decision
-                        .decision
-                        .remaining
-                        .saturating_add(cost)
-                        .min(capacity);
-                }
+            // (On a denial, Verdict::combine already reports the admitting policies'
+            // remaining with nothing taken.)
+            for (&i, mut decision) in members.iter().zip(verdict.decisions) {
                 if over_capacity[i] {
                     decision.decision.allowed = false;
                     decision.outcome = if decision.policy.mode() == Mode::Shadow {

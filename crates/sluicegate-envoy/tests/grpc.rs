@@ -356,6 +356,11 @@ async fn bad_requests_are_invalid_argument() {
     assert_eq!(e.code(), tonic::Code::InvalidArgument);
     let e = client.should_rate_limit(request(vec![])).await.unwrap_err();
     assert_eq!(e.code(), tonic::Code::InvalidArgument);
+    let flood = (0..2000)
+        .map(|i| descriptor(&[("remote_address", &i.to_string())]))
+        .collect();
+    let e = client.should_rate_limit(request(flood)).await.unwrap_err();
+    assert_eq!(e.code(), tonic::Code::InvalidArgument);
     // An unknown domain limits nothing.
     let mut unknown = request(vec![descriptor(&[("remote_address", "10.0.0.1")])]);
     unknown.domain = "elsewhere".into();
