@@ -321,7 +321,6 @@ impl RateLimitService {
                     KeyedCheck::new(&items[i].policy, &items[i].key, cost)
                 })
                 .collect();
-            let costs: Vec<u64> = checks.iter().map(|c| c.cost).collect();
             let result = self.store.check_keyed(&checks).await;
             drop(checks);
             let verdict = match result {
@@ -332,17 +331,8 @@ impl RateLimitService {
                 }
             };
             let consumed = verdict.allowed;
-            for ((&i, mut decision), cost) in members.iter().zip(verdict.decisions).zip(costs) {
-                // A decision that would have admitted counts its own cost as taken; when
-                // the request as a whole is refused nothing was, so report it untaken.
-                if !consumed && decision.decision.allowed {
-                    let capacity = decision.policy.capacity();
-                    decision.decision.remaining = decision
-                        .decision
-                        .remaining
-                        .saturating_add(cost)
-                        .min(capacity);
-                }
+            // On a denial, `remaining` already has the untaken cost back (Verdict::combine).
+            for (&i, mut decision) in members.iter().zip(verdict.decisions) {
                 if over_capacity[i] {
                     decision.decision.allowed = false;
                     decision.outcome = if decision.policy.mode() == Mode::Shadow {
