@@ -341,8 +341,7 @@ impl RateLimitService {
                 }
             };
             let consumed = verdict.allowed;
-            // (On a denial, Verdict::combine already reports the admitting policies'
-            // remaining with nothing taken.)
+            // On a denial, `remaining` already has the untaken cost back (Verdict::combine).
             for (&i, mut decision) in members.iter().zip(verdict.decisions) {
                 if over_capacity[i] {
                     decision.decision.allowed = false;

@@ -1,0 +1,293 @@
+//! Reading the TOML through its spanned document tree, so that every field can be checked
+//! on its own and every error keeps its line and column; serde's derive stops at the first.
+
+use std::collections::BTreeMap;
+use std::net::{IpAddr, SocketAddr};
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use ipnet::IpNet;
+use serde::de::{DeserializeOwned, IntoDeserializer};
+use sluicegate_core::spec::parse_duration;
+use sluicegate_core::{AlgorithmKind, Mode, OnStoreError, Policy, PolicyError, PolicySpec};
+use sluicegate_middleware::{HeaderSet, KeySpec, RouteSpec, RouteTable};
+use toml::Spanned;
+use toml::de::{DeTable, DeValue};
+
+use super::diagnostic::Collector;
+use super::{
+    Backend, Config, DEFAULT_MAX_KEYS, Diagnostics, EnvoyConfig, GatewayConfig, ServerConfig,
+    StoreConfig,
+};
+
+mod policies;
+mod routes;
+mod sections;
+
+const TOP: &[&str] = &["server", "store", "policies", "routes", "gateway", "envoy"];
+const SERVER: &[&str] = &[
+    "listen",
+    "trusted_proxies",
+    "ipv6_prefix",
+    "admin_token",
+    "headers",
+    "forward_auth_deny_status",
+];
+const STORE: &[&str] = &[
+    "backend",
+    "url",
+    "cluster",
+    "key_prefix",
+    "timeout",
+    "max_keys",
+];
+const POLICY: &[&str] = &[
+    "name",
+    "algorithm",
+    "limit",
+    "period",
+    "burst",
+    "mode",
+    "max_delay",
+    "on_store_error",
+];
+const ROUTE: &[&str] = &["path", "methods", "headers", "policies", "key"];
+const GATEWAY: &[&str] = &["listen", "upstream"];
+const ENVOY: &[&str] = &["listen", "config", "algorithm", "rules"];
+
+type Value<'i> = Spanned<DeValue<'i>>;
+
+pub(super) fn parse(text: &str, path: &Path) -> Result<Config, Diagnostics> {
+    let mut c = Collector::new(text);
+    let root = match DeTable::parse(text) {
+        Ok(root) => root,
+        Err(e) => {
+            c.error(e.span().unwrap_or(0..0), e.message().to_owned());
+            return Err(c.finish(path));
+        }
+    };
+    let mut r = Reader {
+        c,
+        defined: Vec::new(),
+    };
+    let root_span = root.span();
+    let root = root.into_inner();
+    r.unknown(&root, "the top level", TOP);
+
+    let server = r.section(&root, "server").map(|(t, _)| t);
+    let server = r.server(server);
+    let store = r.section(&root, "store").map(|(t, _)| t);
+    let store = r.store(store);
+    let policies = r.policies(root.get("policies"));
+    let routes = r.routes(root.get("routes"), &policies, root_span.clone());
+    let gateway = r
+        .section(&root, "gateway")
+        .and_then(|(t, s)| r.gateway(t, s));
+    let envoy = r
+        .section(&root, "envoy")
+        .map(|(t, _)| r.envoy(t, path, &policies));
+
+    if !r.c.is_empty() {
+        return Err(r.c.finish(path));
+    }
+    match (server, store) {
+        (Some(server), Some(store)) => Ok(Config {
+            server,
+            store,
+            policies: policies.into_iter().map(|(p, _)| p).collect(),
+            routes,
+            gateway,
+            envoy,
+        }),
+        // Every `None` above recorded an error, so this is unreachable in practice; still a
+        // clean error rather than a panic.
+        _ => Err(Diagnostics::single(path, "invalid configuration".into())),
+    }
+}
+
+struct Reader<'t> {
+    c: Collector<'t>,
+    /// Every policy name in the file, valid policy or not.
+    defined: Vec<String>,
+}
+
+impl Reader<'_> {
+    /// Reports every key of `table` not in `known`.
+    fn unknown(&mut self, table: &DeTable<'_>, section: &str, known: &[&str]) {
+        for key in table.keys() {
+            if !known.contains(&key.get_ref().as_ref()) {
+                self.c.error(
+                    key.span(),
+                    format!(
+                        "unknown field `{}` in {section}; expected one of: {}",
+                        key.get_ref(),
+                        known.join(", ")
+                    ),
+                );
+            }
+        }
+    }
+
+    /// A top-level table such as `[server]`.
+    fn section<'a, 'i>(
+        &mut self,
+        root: &'a DeTable<'i>,
+        name: &str,
+    ) -> Option<(&'a DeTable<'i>, Range<usize>)> {
+        let value = root.get(name)?;
+        match value.get_ref() {
+            DeValue::Table(t) => Some((t, value.span())),
+            other => {
+                self.c.error(
+                    value.span(),
+                    format!(
+                        "`{name}` must be a table ([{name}]), found {}",
+                        other.type_str()
+                    ),
+                );
+                None
+            }
+        }
+    }
+
+    /// Deserializes one field; `None` when absent or invalid (the error is recorded).
+    fn get<T: DeserializeOwned>(
+        &mut self,
+        table: &DeTable<'_>,
+        key: &str,
+        what: &str,
+    ) -> Option<Spanned<T>> {
+        let value = table.get(key)?;
+        let span = value.span();
+        match T::deserialize(value.clone().into_deserializer()) {
+            Ok(v) => Some(Spanned::new(span, v)),
+            Err(e) => {
+                self.c.error(
+                    e.span().unwrap_or(span),
+                    format!("{what} `{key}`: {}", e.message()),
+                );
+                None
+            }
+        }
+    }
+
+    fn required<T: DeserializeOwned>(
+        &mut self,
+        t: &DeTable<'_>,
+        key: &str,
+        what: &str,
+        span: &Range<usize>,
+    ) -> Option<Spanned<T>> {
+        if t.get(key).is_none() {
+            self.c
+                .error(span.clone(), format!("{what}: missing field `{key}`"));
+            return None;
+        }
+        self.get(t, key, what)
+    }
+
+    fn c_len(&self) -> usize {
+        self.c.len()
+    }
+
+    fn array_of_tables<'a, 'i>(
+        &mut self,
+        value: &'a Value<'i>,
+        name: &str,
+    ) -> Option<Vec<(&'a DeTable<'i>, Range<usize>)>> {
+        let DeValue::Array(items) = value.get_ref() else {
+            self.c.error(
+                value.span(),
+                format!("`{name}` must be an array of tables ([[{name}]])"),
+            );
+            return None;
+        };
+        let mut out = Vec::new();
+        for item in items.iter() {
+            match item.get_ref() {
+                DeValue::Table(t) => out.push((t, item.span())),
+                other => self.c.error(
+                    item.span(),
+                    format!(
+                        "each entry of `{name}` must be a table, found {}",
+                        other.type_str()
+                    ),
+                ),
+            }
+        }
+        Some(out)
+    }
+
+    /// A `host:port` socket address.
+    fn address(&mut self, t: &DeTable<'_>, key: &str, what: &str) -> Option<SocketAddr> {
+        let text = self.get::<String>(t, key, what)?;
+        match text.get_ref().parse::<SocketAddr>() {
+            Ok(addr) => Some(addr),
+            Err(_) => {
+                self.c.error(
+                    text.span(),
+                    format!(
+                        "invalid listen address {:?} in {what} `{key}` (write IP:PORT, e.g. \"127.0.0.1:8080\" or \"[::1]:8080\")",
+                        text.get_ref()
+                    ),
+                );
+                None
+            }
+        }
+    }
+
+    /// A positive duration such as `"50ms"`.
+    fn duration(&mut self, t: &DeTable<'_>, key: &str, what: &str) -> Option<Duration> {
+        let text = self.get::<String>(t, key, what)?;
+        match parse_duration(text.get_ref()) {
+            Ok(d) if d.is_zero() => {
+                self.c
+                    .error(text.span(), format!("{key} must be greater than zero"));
+                None
+            }
+            Ok(d) => Some(d),
+            Err(e) => {
+                self.c.error(text.span(), e.to_string());
+                None
+            }
+        }
+    }
+
+    fn redis_url(&mut self, url: &Spanned<String>) -> bool {
+        let ok = ["redis://", "rediss://", "redis+unix://", "unix://"]
+            .iter()
+            .any(|scheme| url.get_ref().starts_with(scheme));
+        if !ok {
+            self.c.error(
+                url.span(),
+                format!(
+                    "invalid Redis URL {:?}: it must start with redis:// or rediss://",
+                    super::redact(url.get_ref())
+                ),
+            );
+        }
+        ok
+    }
+}
+
+/// `http://host:port[/base]` for the gateway.
+pub fn parse_upstream(text: &str) -> Result<http::Uri, String> {
+    let uri: http::Uri = text
+        .parse()
+        .map_err(|e| format!("invalid upstream URL {text:?}: {e}"))?;
+    if uri.scheme_str() != Some("http") || uri.authority().is_none() {
+        return Err(format!(
+            "invalid upstream URL {text:?}: write http://host:port (https upstreams are not supported; terminate TLS in front)"
+        ));
+    }
+    Ok(uri)
+}
+
+/// `"10.0.0.0/8"`, or a bare address meaning just that host.
+fn parse_cidr(text: &str) -> Option<IpNet> {
+    text.parse::<IpNet>()
+        .ok()
+        .or_else(|| text.parse::<IpAddr>().ok().map(IpNet::from))
+}

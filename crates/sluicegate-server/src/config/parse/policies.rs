@@ -1,0 +1,128 @@
+//! `[[policies]]`: every policy checked field by field, names checked for duplicates.
+
+use super::*;
+
+impl Reader<'_> {
+    /// Every `[[policies]]` entry, with the span of its name for route errors.
+    pub(super) fn policies(
+        &mut self,
+        value: Option<&Value<'_>>,
+    ) -> Vec<(Arc<Policy>, Range<usize>)> {
+        let Some(value) = value else {
+            return Vec::new();
+        };
+        let Some(entries) = self.array_of_tables(value, "policies") else {
+            return Vec::new();
+        };
+        let mut out: Vec<(Arc<Policy>, Range<usize>)> = Vec::new();
+        for (table, span) in entries {
+            // Names are checked for duplicates (and later found by routes) even when the
+            // rest of their policy is invalid, so one mistake does not cascade.
+            let name = table
+                .get("name")
+                .and_then(|v| v.get_ref().as_str().map(|n| (n.to_owned(), v.span())));
+            if let Some((name, name_span)) = &name {
+                if self.defined.contains(name) {
+                    self.c
+                        .error(name_span.clone(), format!("duplicate policy name {name:?}"));
+                    // Still check the rest of it, so its other mistakes show too.
+                    let _ = self.policy(table, span);
+                    continue;
+                }
+                self.defined.push(name.clone());
+            }
+            if let Some((policy, name_span)) = self.policy(table, span) {
+                out.push((Arc::new(policy), name_span));
+            }
+        }
+        out
+    }
+
+    pub(super) fn policy(
+        &mut self,
+        t: &DeTable<'_>,
+        span: Range<usize>,
+    ) -> Option<(Policy, Range<usize>)> {
+        let what = "policy";
+        self.unknown(t, "[[policies]]", POLICY);
+        let before = self.c_len();
+        let name = self.required::<String>(t, "name", what, &span);
+        let algorithm = self.required::<AlgorithmKind>(t, "algorithm", what, &span);
+        let limit = self.required::<u64>(t, "limit", what, &span);
+        let period = self.required::<String>(t, "period", what, &span);
+        let burst = self.get::<u64>(t, "burst", what);
+        let mode = self.get::<Mode>(t, "mode", what);
+        let max_delay = self.get::<String>(t, "max_delay", what);
+        let on_store_error = self.get::<OnStoreError>(t, "on_store_error", what);
+
+        // Each check on its own, so a policy with three mistakes reports three errors.
+        if let Some(name) = &name
+            && let Err(e @ PolicyError::InvalidName(_)) = Policy::builder(
+                name.get_ref(),
+                AlgorithmKind::Gcra,
+                1,
+                Duration::from_secs(1),
+            )
+            .build()
+        {
+            self.c.error(name.span(), e.to_string());
+        }
+        if let Some(limit) = &limit
+            && *limit.get_ref() == 0
+        {
+            self.c
+                .error(limit.span(), PolicyError::ZeroLimit.to_string());
+        }
+        if let Some(period) = &period {
+            match parse_duration(period.get_ref()) {
+                Ok(d) if d.as_micros() == 0 => self
+                    .c
+                    .error(period.span(), PolicyError::ZeroPeriod.to_string()),
+                Ok(_) => {}
+                Err(e) => self.c.error(period.span(), e.to_string()),
+            }
+        }
+        if let Some(burst) = &burst
+            && *burst.get_ref() == 0
+        {
+            self.c
+                .error(burst.span(), PolicyError::ZeroBurst.to_string());
+        }
+        if let (Some(mode), Some(algorithm)) = (&mode, &algorithm)
+            && *mode.get_ref() == Mode::Delay
+            && !algorithm.get_ref().supports_delay()
+        {
+            self.c.error(
+                mode.span(),
+                PolicyError::DelayOnWindow(*algorithm.get_ref()).to_string(),
+            );
+        }
+        if let Some(max_delay) = &max_delay
+            && let Err(e) = parse_duration(max_delay.get_ref())
+        {
+            self.c.error(max_delay.span(), e.to_string());
+        }
+        if self.c_len() > before {
+            return None;
+        }
+        let (name, algorithm, limit, period) = (name?, algorithm?, limit?, period?);
+        let spec = PolicySpec {
+            name: name.get_ref().clone(),
+            algorithm: algorithm.into_inner(),
+            limit: *limit.get_ref(),
+            period: period.into_inner(),
+            burst: burst.map(Spanned::into_inner),
+            mode: mode.map(Spanned::into_inner).unwrap_or_default(),
+            max_delay: max_delay.map(Spanned::into_inner),
+            on_store_error: on_store_error.map(Spanned::into_inner).unwrap_or_default(),
+        };
+        match spec.build() {
+            Ok(policy) => Some((policy, name.span())),
+            Err(e) => {
+                // Only the cross-field limits (overflow) are left at this point.
+                self.c.error(limit.span(), e.to_string());
+                None
+            }
+        }
+    }
+}

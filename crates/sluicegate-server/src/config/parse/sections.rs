@@ -1,0 +1,228 @@
+//! `[server]`, `[store]`, `[gateway]` and `[envoy]`.
+
+use super::*;
+
+impl Reader<'_> {
+    pub(super) fn server(&mut self, table: Option<&DeTable<'_>>) -> Option<ServerConfig> {
+        let mut server = ServerConfig {
+            listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
+            trusted_proxies: Vec::new(),
+            ipv6_prefix: 64,
+            admin_token: None,
+            headers: HeaderSet::DEFAULT.to_vec(),
+            forward_auth_deny_status: 429,
+        };
+        let Some(t) = table else {
+            return Some(server);
+        };
+        let what = "[server]";
+        self.unknown(t, what, SERVER);
+        if let Some(listen) = self.address(t, "listen", what) {
+            server.listen = listen;
+        }
+        if let Some(list) = self.get::<Vec<Spanned<String>>>(t, "trusted_proxies", what) {
+            server.trusted_proxies = list
+                .into_inner()
+                .into_iter()
+                .filter_map(|cidr| match parse_cidr(cidr.get_ref()) {
+                    Some(net) => Some(net),
+                    None => {
+                        self.c.error(
+                            cidr.span(),
+                            format!(
+                                "invalid CIDR {:?} in trusted_proxies (write e.g. \"10.0.0.0/8\" or \"::1\")",
+                                cidr.get_ref()
+                            ),
+                        );
+                        None
+                    }
+                })
+                .collect();
+        }
+        if let Some(prefix) = self.get::<u64>(t, "ipv6_prefix", what) {
+            if *prefix.get_ref() == 0 || *prefix.get_ref() > 128 {
+                self.c
+                    .error(prefix.span(), "ipv6_prefix must be between 1 and 128");
+            } else {
+                server.ipv6_prefix = *prefix.get_ref() as u8;
+            }
+        }
+        if let Some(token) = self.get::<String>(t, "admin_token", what) {
+            if token.get_ref().trim().is_empty() {
+                self.c.error(
+                    token.span(),
+                    "admin_token must not be empty (remove it to disable the admin endpoints)",
+                );
+            } else if http::HeaderValue::from_str(&format!("Bearer {}", token.get_ref())).is_err() {
+                self.c.error(
+                    token.span(),
+                    "admin_token must be printable ASCII (it travels in an HTTP header)",
+                );
+            } else {
+                server.admin_token = Some(token.into_inner());
+            }
+        }
+        if let Some(sets) = self.get::<Vec<Spanned<String>>>(t, "headers", what) {
+            let mut parsed = Vec::new();
+            for set in sets.into_inner() {
+                match set.get_ref().parse::<HeaderSet>() {
+                    Ok(h) if parsed.contains(&h) => self.c.error(
+                        set.span(),
+                        format!("header set {:?} listed twice", set.get_ref()),
+                    ),
+                    Ok(h) => parsed.push(h),
+                    Err(_) => self.c.error(
+                        set.span(),
+                        format!(
+                            "unknown header set {:?}; expected draft-6, ietf or legacy",
+                            set.get_ref()
+                        ),
+                    ),
+                }
+            }
+            server.headers = parsed;
+        }
+        if let Some(status) = self.get::<u64>(t, "forward_auth_deny_status", what) {
+            if (400..=599).contains(status.get_ref()) {
+                server.forward_auth_deny_status = *status.get_ref() as u16;
+            } else {
+                self.c.error(
+                    status.span(),
+                    "forward_auth_deny_status must be an HTTP error status (400 to 599; nginx auth_request needs 401 or 403)",
+                );
+            }
+        }
+        Some(server)
+    }
+
+    pub(super) fn store(&mut self, table: Option<&DeTable<'_>>) -> Option<StoreConfig> {
+        let mut store = StoreConfig {
+            backend: Backend::Memory,
+            url: None,
+            cluster: Vec::new(),
+            key_prefix: "sluicegate".to_owned(),
+            timeout: Duration::from_millis(50),
+            max_keys: DEFAULT_MAX_KEYS,
+        };
+        let Some(t) = table else {
+            return Some(store);
+        };
+        let what = "[store]";
+        self.unknown(t, what, STORE);
+        if let Some(backend) = self.get::<String>(t, "backend", what) {
+            match backend.get_ref().as_str() {
+                "memory" => store.backend = Backend::Memory,
+                "redis" => store.backend = Backend::Redis,
+                other => self.c.error(
+                    backend.span(),
+                    format!("unknown store backend {other:?}; expected memory or redis"),
+                ),
+            }
+        }
+        if let Some(url) = self.get::<String>(t, "url", what)
+            && self.redis_url(&url)
+        {
+            store.url = Some(url.into_inner());
+        }
+        if let Some(seeds) = self.get::<Vec<Spanned<String>>>(t, "cluster", what) {
+            for seed in seeds.into_inner() {
+                if self.redis_url(&seed) {
+                    store.cluster.push(seed.into_inner());
+                }
+            }
+        }
+        if let Some(prefix) = self.get::<String>(t, "key_prefix", what) {
+            if prefix.get_ref().is_empty() || prefix.get_ref().contains(['{', '}']) {
+                self.c.error(
+                    prefix.span(),
+                    "key_prefix must be non-empty and must not contain { or } (they mark Redis hash tags)",
+                );
+            } else {
+                store.key_prefix = prefix.into_inner();
+            }
+        }
+        if let Some(timeout) = self.duration(t, "timeout", what) {
+            store.timeout = timeout;
+        }
+        if let Some(max) = self.get::<u64>(t, "max_keys", what) {
+            match usize::try_from(*max.get_ref()) {
+                Ok(n) if n >= 1 => store.max_keys = n,
+                _ => self.c.error(max.span(), "max_keys must be at least 1"),
+            }
+        }
+        Some(store)
+    }
+
+    pub(super) fn gateway(&mut self, t: &DeTable<'_>, span: Range<usize>) -> Option<GatewayConfig> {
+        let what = "[gateway]";
+        self.unknown(t, what, GATEWAY);
+        let listen = if t.get("listen").is_some() {
+            self.address(t, "listen", what)
+        } else {
+            self.c
+                .error(span.clone(), "[gateway]: missing field `listen`");
+            None
+        };
+        let upstream = self
+            .required::<String>(t, "upstream", what, &span)
+            .and_then(|u| match parse_upstream(u.get_ref()) {
+                Ok(uri) => Some(uri),
+                Err(reason) => {
+                    self.c.error(u.span(), reason);
+                    None
+                }
+            });
+        Some(GatewayConfig {
+            listen: listen?,
+            upstream: upstream?,
+        })
+    }
+
+    // --- [envoy]: parsed here for spans, compiled and checked by sluicegate-envoy ---
+    pub(super) fn envoy(
+        &mut self,
+        t: &DeTable<'_>,
+        file: &Path,
+        policies: &[(Arc<Policy>, Range<usize>)],
+    ) -> EnvoyConfig {
+        let what = "[envoy]";
+        self.unknown(t, what, ENVOY);
+        let listen = if t.get("listen").is_some() {
+            self.address(t, "listen", what)
+        } else {
+            None
+        };
+        let config_key = self.get::<String>(t, "config", what);
+        let config = config_key.as_ref().map(|p| {
+            let p = PathBuf::from(p.get_ref());
+            match file.parent() {
+                Some(dir) if p.is_relative() => dir.join(p),
+                _ => p,
+            }
+        });
+        let algorithm = self.get::<AlgorithmKind>(t, "algorithm", what);
+        let rules = self.get::<Vec<sluicegate_envoy::RuleSpec>>(t, "rules", what);
+        let section = EnvoyConfig {
+            listen,
+            config,
+            algorithm: algorithm.map(Spanned::into_inner),
+            rules: rules
+                .as_ref()
+                .map(|r| r.get_ref().clone())
+                .unwrap_or_default(),
+        };
+        let known: Vec<Arc<Policy>> = policies.iter().map(|(p, _)| Arc::clone(p)).collect();
+        if let Err(errors) = sluicegate_envoy::EnvoyConfig::load(&section, &known, Path::new("")) {
+            for error in errors.0 {
+                // YAML errors carry their own file:line:column; point at the key that named them.
+                let span = match (&error.file, &config_key, &rules) {
+                    (Some(_), Some(key), _) => key.span(),
+                    (None, _, Some(rules)) => rules.span(),
+                    _ => 0..0,
+                };
+                self.c.error(span, format!("{what} {error}"));
+            }
+        }
+        section
+    }
+}
