@@ -413,3 +413,25 @@ policies = ["burst", "daily"]
     let ietf = header(&r, "ratelimit").unwrap();
     assert!(ietf.contains("\"daily\";r=98"), "{ietf}");
 }
+
+#[tokio::test]
+async fn negative_hits_give_back_what_was_taken() {
+    let mut client = start(memory(), config()).await;
+    let mut spend = request(vec![descriptor(&[("remote_address", "10.0.0.10")])]);
+    spend.hits_addend = 4;
+    assert_eq!(ask(&mut client, spend).await.statuses[0].limit_remaining, 1);
+    let mut give_back = descriptor(&[("remote_address", "10.0.0.10")]);
+    give_back.hits_addend = Some(UInt64Value { value: 3 });
+    give_back.is_negative_hits = true;
+    let r = ask(&mut client, request(vec![give_back])).await;
+    assert_eq!(r.overall_code, OK);
+    let r = ask(
+        &mut client,
+        request(vec![descriptor(&[("remote_address", "10.0.0.10")])]),
+    )
+    .await;
+    assert_eq!(
+        r.statuses[0].limit_remaining, 3,
+        "4 taken, 3 given back, 1 taken"
+    );
+}
