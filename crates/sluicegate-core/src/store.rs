@@ -107,9 +107,11 @@ impl<'a> KeyedCheck<'a> {
     /// let q = Arc::new(Policy::builder("q", AlgorithmKind::Gcra, 5, Duration::from_secs(1)).build().unwrap());
     /// assert!(KeyedCheck::validate_all(&[KeyedCheck::new(&p, "a", 1), KeyedCheck::new(&q, "b", 5)]).is_ok());
     /// assert!(matches!(
-    ///     KeyedCheck::validate_all(&[KeyedCheck::new(&p, "a", 1), KeyedCheck::new(&p, "b", 1)]),
+    ///     KeyedCheck::validate_all(&[KeyedCheck::new(&p, "a", 1), KeyedCheck::new(&p, "a", 1)]),
     ///     Err(StoreError::DuplicatePolicy(_))
     /// ));
+    /// // The same policy under two keys is two states, decided together.
+    /// assert!(KeyedCheck::validate_all(&[KeyedCheck::new(&p, "a", 1), KeyedCheck::new(&p, "b", 1)]).is_ok());
     /// ```
     pub fn validate_all(items: &[KeyedCheck<'_>]) -> Result<(), StoreError> {
         if items.is_empty() {
@@ -119,9 +121,11 @@ impl<'a> KeyedCheck<'a> {
             if item.key.is_empty() || item.key.len() > MAX_KEY_LEN {
                 return Err(StoreError::InvalidKey(item.key.len()));
             }
+            // One policy under two keys is two states (Envoy: one rule, two descriptor
+            // values); under one key it would be decided twice against the same state.
             if items[..i]
                 .iter()
-                .any(|o| o.policy.name() == item.policy.name())
+                .any(|o| o.policy.name() == item.policy.name() && o.key == item.key)
             {
                 return Err(StoreError::DuplicatePolicy(item.policy.name().to_owned()));
             }

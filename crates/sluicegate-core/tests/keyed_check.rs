@@ -61,9 +61,31 @@ fn costs_are_per_item_and_validated() {
         Err(StoreError::CostOverCapacity { .. })
     ));
     assert!(matches!(
-        store.check_keyed_now(&[KeyedCheck::new(&a, "x", 1), KeyedCheck::new(&a, "y", 1)]),
+        store.check_keyed_now(&[KeyedCheck::new(&a, "x", 1), KeyedCheck::new(&a, "x", 1)]),
         Err(StoreError::DuplicatePolicy(_))
     ));
+}
+
+#[test]
+fn one_policy_under_two_keys_is_all_or_nothing() {
+    let store = MemoryStore::with_clock(1000, ManualClock::new(120_000_000));
+    let per_value = policy("per_value", 2);
+    let full = [KeyedCheck::new(&per_value, "b", 2)];
+    assert!(store.check_keyed_now(&full).unwrap().allowed);
+    let both = [
+        KeyedCheck::new(&per_value, "a", 1),
+        KeyedCheck::new(&per_value, "b", 1),
+    ];
+    let denied = store.check_keyed_now(&both).unwrap();
+    assert!(!denied.allowed);
+    assert!(denied.decisions[0].decision.allowed);
+    let peek = store
+        .check_keyed_now(&[KeyedCheck::new(&per_value, "a", 0)])
+        .unwrap();
+    assert_eq!(
+        peek.decisions[0].decision.remaining, 2,
+        "nothing taken under a"
+    );
 }
 
 /// A store that only implements `check`: the default `check_keyed` serves shared keys and

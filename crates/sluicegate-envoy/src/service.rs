@@ -4,9 +4,8 @@
 //! [`KeyedCheck`] per policy of its rule (key = domain + entries, cost = its hits), and the
 //! whole list goes to [`Store::check_keyed`], so a descriptor over its limit leaves every
 //! other descriptor's state untouched. Two descriptors that hit the same rule with
-//! different values (rare: two Envoy actions producing the same key) cannot share one
-//! atomic step; they are checked in successive steps and an admitted earlier step is
-//! refunded if a later one denies (see docs/envoy.md).
+//! different values are two states of one policy in the same step; identical ones are
+//! merged, their hits added.
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -82,7 +81,6 @@ struct Item {
     policy: Arc<Policy>,
     key: String,
     cost: u64,
-    round: usize,
     decision: Option<PolicyDecision>,
 }
 
@@ -305,74 +303,45 @@ impl RateLimitService {
         Ok(response)
     }
 
-    /// Runs the store steps: one per round (a policy appears once per round). Returns
-    /// whether every step admitted. `read_only` checks at cost 0, to report numbers when
-    /// the request is already refused.
+    /// Runs the one atomic store step over every item. Returns whether it admitted.
+    /// `read_only` checks at cost 0, to report numbers when the request is already refused.
     async fn run(
         &self,
         items: &mut [Item],
         over_capacity: &[bool],
         read_only: bool,
     ) -> Result<bool, Status> {
-        let rounds = items.iter().map(|i| i.round + 1).max().unwrap_or(0);
-        let mut admitted: Vec<usize> = Vec::new();
-        for round in 0..rounds {
-            let members: Vec<usize> = (0..items.len())
-                .filter(|&i| items[i].round == round)
-                .collect();
-            let checks: Vec<KeyedCheck<'_>> = members
-                .iter()
-                .map(|&i| {
-                    let cost = if read_only || over_capacity[i] {
-                        0
-                    } else {
-                        items[i].cost
-                    };
-                    KeyedCheck::new(&items[i].policy, &items[i].key, cost)
-                })
-                .collect();
-            let result = self.store.check_keyed(&checks).await;
-            drop(checks);
-            let verdict = match result {
-                Ok(verdict) => verdict,
-                Err(error) => {
-                    self.refund(items, &admitted).await;
-                    return Err(store_status(&error));
-                }
-            };
-            let consumed = verdict.allowed;
-            // On a denial, `remaining` already has the untaken cost back (Verdict::combine).
-            for (&i, mut decision) in members.iter().zip(verdict.decisions) {
-                if over_capacity[i] {
-                    decision.decision.allowed = false;
-                    decision.outcome = if decision.policy.mode() == Mode::Shadow {
-                        sluicegate_core::Outcome::ShadowDenied
-                    } else {
-                        sluicegate_core::Outcome::Denied
-                    };
-                }
-                if consumed && decision.decision.allowed && !read_only && !over_capacity[i] {
-                    admitted.push(i);
-                }
-                items[i].decision = Some(decision);
-            }
-            if !verdict.allowed {
-                self.refund(items, &admitted).await;
-                return Ok(false);
-            }
+        // No descriptor matched a limited rule: nothing to ask the store.
+        if items.is_empty() {
+            return Ok(true);
         }
-        Ok(true)
-    }
-
-    /// Gives back what earlier rounds took when a later round denied (best effort).
-    async fn refund(&self, items: &[Item], admitted: &[usize]) {
-        for &i in admitted {
-            let item = &items[i];
-            let policies = [Arc::clone(&item.policy)];
-            if let Err(error) = self.store.refund(&policies, &item.key, item.cost).await {
-                tracing::warn!(%error, policy = item.policy.name(), "could not refund an earlier step");
+        let checks: Vec<KeyedCheck<'_>> = items
+            .iter()
+            .zip(over_capacity)
+            .map(|(item, &over)| {
+                let cost = if read_only || over { 0 } else { item.cost };
+                KeyedCheck::new(&item.policy, &item.key, cost)
+            })
+            .collect();
+        let result = self.store.check_keyed(&checks).await;
+        drop(checks);
+        let verdict = result.map_err(|error| store_status(&error))?;
+        let allowed = verdict.allowed;
+        // On a denial, `remaining` already has the untaken cost back (Verdict::combine).
+        for ((item, mut decision), &over) in
+            items.iter_mut().zip(verdict.decisions).zip(over_capacity)
+        {
+            if over {
+                decision.decision.allowed = false;
+                decision.outcome = if decision.policy.mode() == Mode::Shadow {
+                    sluicegate_core::Outcome::ShadowDenied
+                } else {
+                    sluicegate_core::Outcome::Denied
+                };
             }
+            item.decision = Some(decision);
         }
+        Ok(allowed)
     }
 
     /// `is_negative_hits` descriptors give their hits back to their rule's policies.
@@ -500,7 +469,7 @@ impl RateLimitServiceApi for RateLimitService {
 }
 
 /// Adds `(policy, key)` with `cost`, merging with an identical one; returns its index.
-/// The same policy under another key goes to a later round.
+/// The same policy under another key is another state, decided in the same store call.
 fn add_item(items: &mut Vec<Item>, policy: &Arc<Policy>, key: &str, cost: u64) -> usize {
     if let Some(i) = items
         .iter()
@@ -509,15 +478,10 @@ fn add_item(items: &mut Vec<Item>, policy: &Arc<Policy>, key: &str, cost: u64) -
         items[i].cost = items[i].cost.saturating_add(cost);
         return i;
     }
-    let round = items
-        .iter()
-        .filter(|it| it.policy.name() == policy.name())
-        .count();
     items.push(Item {
         policy: Arc::clone(policy),
         key: key.to_owned(),
         cost,
-        round,
         decision: None,
     });
     items.len() - 1
