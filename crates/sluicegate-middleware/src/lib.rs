@@ -42,13 +42,14 @@ pub mod identity;
 pub mod layer;
 pub mod limiter;
 pub mod metrics;
+pub mod path;
 pub mod route;
 
 pub use builder::{BuildError, RateLimiterBuilder};
 pub use handle::LimiterHandle;
 pub use headers::{HeaderSet, RejectionBody};
-pub use identity::{ClientIdentity, KeyContext, KeyExtractor, RouteKey};
+pub use identity::{ClientIdentity, ClientIpHeader, KeyContext, KeyExtractor, RouteKey};
 pub use layer::{PeerAddr, RateLimitLayer, RateLimitService};
-pub use limiter::{RateLimitDecision, RateLimiter};
+pub use limiter::{RateLimitDecision, RateLimiter, WaitQueue};
 pub use metrics::MetricsObserver;
 pub use route::{KeySpec, Route, RouteError, RouteSpec, RouteTable};

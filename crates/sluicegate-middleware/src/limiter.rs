@@ -4,7 +4,7 @@
 
 use std::net::IpAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -58,6 +58,71 @@ pub struct RateLimiter {
     extractor: Arc<dyn KeyExtractor>,
     store_timeout: Option<Duration>,
     last_store_warning: AtomicU64,
+    wait_queue: Option<Arc<WaitQueue>>,
+}
+
+/// Bounds how many delayed requests wait for their slot at once (`server.max_waiting`):
+/// each one holds a connection and a task, so an unbounded queue is a way to exhaust the
+/// server. A request that would wait beyond the bound is rejected at once (429, its slot
+/// given back), like nginx `limit_req` when its burst queue is full.
+///
+/// Shared by every limiter built from one configuration and its reloads, so requests
+/// already waiting keep counting after a reload.
+#[derive(Debug)]
+pub struct WaitQueue {
+    max: AtomicUsize,
+    waiting: AtomicUsize,
+}
+
+impl WaitQueue {
+    /// A queue of at most `max` waiting requests.
+    pub fn new(max: usize) -> Arc<WaitQueue> {
+        Arc::new(WaitQueue {
+            max: AtomicUsize::new(max),
+            waiting: AtomicUsize::new(0),
+        })
+    }
+    /// Changes the bound (on reload); requests already waiting are not affected.
+    pub fn set_max(&self, max: usize) {
+        self.max.store(max, Ordering::Relaxed);
+    }
+    /// Requests waiting now.
+    pub fn waiting(&self) -> usize {
+        self.waiting.load(Ordering::Relaxed)
+    }
+    fn try_enter(self: &Arc<Self>) -> Option<Arc<WaitSlot>> {
+        let max = self.max.load(Ordering::Relaxed);
+        self.waiting
+            .fetch_update(Ordering::AcqRel, Ordering::Relaxed, |n| {
+                (n < max).then_some(n + 1)
+            })
+            .ok()?;
+        Some(Arc::new(WaitSlot {
+            queue: Arc::clone(self),
+            held: AtomicBool::new(true),
+        }))
+    }
+}
+
+/// One place in a [`WaitQueue`], given back after the wait (or when dropped).
+#[derive(Debug)]
+struct WaitSlot {
+    queue: Arc<WaitQueue>,
+    held: AtomicBool,
+}
+
+impl WaitSlot {
+    fn release(&self) {
+        if self.held.swap(false, Ordering::AcqRel) {
+            self.queue.waiting.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+}
+
+impl Drop for WaitSlot {
+    fn drop(&mut self) {
+        self.release();
+    }
 }
 
 impl std::fmt::Debug for RateLimiter {
@@ -95,7 +160,14 @@ impl RateLimiter {
             extractor: Arc::new(RouteKey),
             store_timeout: None,
             last_store_warning: AtomicU64::new(0),
+            wait_queue: None,
         }
+    }
+
+    /// Bounds the delayed requests waiting at once (default: no bound).
+    pub fn with_wait_queue(mut self, queue: Arc<WaitQueue>) -> RateLimiter {
+        self.wait_queue = Some(queue);
+        self
     }
 
     /// Replaces the key extractor (default: [`RouteKey`], the route's `key`).
@@ -139,11 +211,13 @@ impl RateLimiter {
         headers: &HeaderMap,
         peer: IpAddr,
     ) -> Option<RateLimitDecision> {
-        let route = self.routes.find(method, path, headers)?;
+        // One normal form for routes and key extractors alike (see `crate::path`).
+        let path = crate::path::normalize_path(path);
+        let route = self.routes.find(method, &path, headers)?;
         let client_ip = self.identity.client_ip(peer, headers);
         let context = KeyContext {
             method,
-            path,
+            path: &path,
             headers,
             peer,
             client_ip,
@@ -167,19 +241,27 @@ impl RateLimiter {
                 .unwrap_or(Err(StoreError::Timeout)),
             None => self.store.check(request).await,
         };
-        let verdict = match result {
+        let mut verdict = match result {
             Ok(verdict) => verdict,
             Err(error) => {
                 self.warn_store_error(&error);
                 Verdict::store_failed(policies)
             }
         };
+        let mut wait_slot = None;
+        if verdict.allowed && verdict.delay > 0 {
+            match self.wait_queue.as_ref().map(WaitQueue::try_enter) {
+                Some(None) => self.reject_queue_full(&mut verdict, &key).await,
+                Some(slot) => wait_slot = slot,
+                None => {}
+            }
+        }
         self.observer.observe(&key, &verdict);
         for d in &verdict.decisions {
             if d.outcome == Outcome::ShadowDenied {
                 tracing::info!(
                     policy = d.policy.name(),
-                    key = %key,
+                    key = %crate::identity::key_hint(&key),
                     route = route.path(),
                     "shadow mode: request would have been rejected"
                 );
@@ -192,7 +274,32 @@ impl RateLimiter {
             policy_field: route.policy_field().cloned(),
             store: Arc::clone(&self.store),
             header_sets: Arc::clone(&self.header_sets),
+            wait_slot,
         }
+    }
+
+    /// The wait queue is full: give back what the request took and deny it, with the wait
+    /// it would have had as its `retry_after`.
+    async fn reject_queue_full(&self, verdict: &mut Verdict, key: &str) {
+        let consumed: Vec<Arc<Policy>> = verdict
+            .decisions
+            .iter()
+            .filter(|d| d.decision.allowed)
+            .map(|d| Arc::clone(&d.policy))
+            .collect();
+        if let Err(error) = self.store.refund(&consumed, key, COST).await {
+            tracing::debug!(%error, "could not give back the slot of a request refused by max_waiting");
+        }
+        for d in &mut verdict.decisions {
+            if d.decision.delay > 0 {
+                d.decision.allowed = false;
+                d.decision.retry_after = Some(d.decision.delay.max(1));
+                d.decision.delay = 0;
+                d.outcome = Outcome::Denied;
+            }
+        }
+        verdict.allowed = false;
+        verdict.delay = 0;
     }
 
     /// One warning a second at most: a dead store must not flood the log.
@@ -227,6 +334,7 @@ pub struct RateLimitDecision {
     policy_field: Option<HeaderValue>,
     store: Arc<dyn Store>,
     header_sets: Arc<[HeaderSet]>,
+    wait_slot: Option<Arc<WaitSlot>>,
 }
 
 impl std::fmt::Debug for RateLimitDecision {
@@ -309,6 +417,9 @@ impl RateLimitDecision {
         };
         tokio::time::sleep(self.delay()).await;
         guard.refund = None;
+        if let Some(slot) = &self.wait_slot {
+            slot.release();
+        }
     }
 }
 
@@ -338,7 +449,7 @@ impl Drop for RefundGuard {
         };
         runtime.spawn(async move {
             if let Err(error) = store.refund(&policies, &key, 1).await {
-                tracing::debug!(%error, key = %key, "could not refund a cancelled delayed request");
+                tracing::debug!(%error, key = %crate::identity::key_hint(&key), "could not refund a cancelled delayed request");
             }
         });
     }

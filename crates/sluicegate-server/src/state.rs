@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use arc_swap::ArcSwap;
 use sluicegate_core::{MemoryStore, Policy, Store, VerdictObserver};
-use sluicegate_middleware::{ClientIdentity, HeaderSet, RateLimiter, RouteTable};
+use sluicegate_middleware::{ClientIdentity, HeaderSet, RateLimiter, RouteTable, WaitQueue};
 
 use crate::config::Config;
 
@@ -29,6 +29,7 @@ impl Runtime {
         config: Config,
         store: Arc<dyn Store>,
         observer: Arc<dyn VerdictObserver>,
+        wait_queue: &Arc<WaitQueue>,
     ) -> Result<Self, String> {
         let by_name: HashMap<String, Arc<Policy>> = config
             .policies
@@ -40,9 +41,12 @@ impl Runtime {
         let identity = ClientIdentity::new(
             config.server.trusted_proxies.clone(),
             config.server.ipv6_prefix,
-        );
+        )
+        .with_header(config.server.client_ip_header);
         let header_sets = config.server.headers.clone();
-        let limiter = RateLimiter::new(store, routes, identity, header_sets.clone(), observer);
+        wait_queue.set_max(config.server.max_waiting);
+        let limiter = RateLimiter::new(store, routes, identity, header_sets.clone(), observer)
+            .with_wait_queue(Arc::clone(wait_queue));
         Ok(Runtime {
             config,
             header_sets,
@@ -69,6 +73,8 @@ pub struct AppState {
     pub observer: Arc<dyn VerdictObserver>,
     /// The compiled Envoy rules (`[envoy]`), swapped by `crate::envoy` on changes.
     pub envoy: sluicegate_envoy::SharedConfig,
+    /// Delayed requests waiting at once (`server.max_waiting`), across reloads.
+    pub wait_queue: Arc<WaitQueue>,
 }
 
 impl AppState {
@@ -79,8 +85,15 @@ impl AppState {
         memory: Option<Arc<MemoryStore>>,
         observer: Arc<dyn VerdictObserver>,
     ) -> Result<Self, String> {
-        let runtime = Runtime::new(config, Arc::clone(&store), Arc::clone(&observer))?;
+        let wait_queue = WaitQueue::new(config.server.max_waiting);
+        let runtime = Runtime::new(
+            config,
+            Arc::clone(&store),
+            Arc::clone(&observer),
+            &wait_queue,
+        )?;
         Ok(AppState {
+            wait_queue,
             runtime: Arc::new(ArcSwap::from_pointee(runtime)),
             store,
             memory,
@@ -97,7 +110,12 @@ impl AppState {
     /// Installs a new configuration. Unchanged policies keep their state (the memory store
     /// keys its tables by the policy's full definition); removed or changed ones are dropped.
     pub fn apply(&self, config: Config) -> Result<(), String> {
-        let runtime = Runtime::new(config, Arc::clone(&self.store), Arc::clone(&self.observer))?;
+        let runtime = Runtime::new(
+            config,
+            Arc::clone(&self.store),
+            Arc::clone(&self.observer),
+            &self.wait_queue,
+        )?;
         self.runtime.store(Arc::new(runtime));
         self.prune();
         Ok(())
