@@ -8,7 +8,7 @@ use ipnet::IpNet;
 use sluicegate_core::{NoObserver, Policy, PolicyError, PolicySpec, Store, VerdictObserver};
 
 use crate::headers::HeaderSet;
-use crate::identity::{ClientIdentity, KeyExtractor, RouteKey};
+use crate::identity::{ClientIdentity, ClientIpHeader, KeyExtractor, RouteKey};
 use crate::limiter::RateLimiter;
 use crate::route::{RouteError, RouteSpec, RouteTable};
 
@@ -118,6 +118,12 @@ impl RateLimiterBuilder {
     /// IPv6 clients are limited per network of this many bits (default 64).
     pub fn ipv6_prefix(mut self, bits: u8) -> Self {
         self.identity.ipv6_prefix = bits.min(128);
+        self
+    }
+
+    /// The one header trusted proxies name the client in (default `X-Forwarded-For`).
+    pub fn client_ip_header(mut self, header: ClientIpHeader) -> Self {
+        self.identity.header = header;
         self
     }
 

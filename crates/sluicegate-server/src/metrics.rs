@@ -52,18 +52,26 @@ pub fn install() -> Option<PrometheusHandle> {
 /// 18 bytes each). Draining on a timer keeps it flat whether or not anyone scrapes.
 pub const UPKEEP_INTERVAL: std::time::Duration = std::time::Duration::from_secs(1);
 
-/// Starts the task that drains recorded samples every [`UPKEEP_INTERVAL`] (on the current
-/// Tokio runtime); `None` when no recorder of ours is installed.
-pub fn spawn_upkeep() -> Option<tokio::task::JoinHandle<()>> {
-    let handle = HANDLE.get()?.clone()?;
-    Some(tokio::spawn(async move {
-        let mut tick = tokio::time::interval(UPKEEP_INTERVAL);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            tick.tick().await;
-            handle.run_upkeep();
-        }
-    }))
+/// Starts the thread that drains recorded samples every [`UPKEEP_INTERVAL`], once per
+/// process; `false` when no recorder of ours is installed. A thread of its own rather than
+/// a task: a runtime whose workers are all busy deciding must not starve it (that is
+/// exactly when samples pile up fastest).
+pub fn spawn_upkeep() -> bool {
+    static STARTED: OnceLock<bool> = OnceLock::new();
+    *STARTED.get_or_init(|| {
+        let Some(Some(handle)) = HANDLE.get().cloned() else {
+            return false;
+        };
+        std::thread::Builder::new()
+            .name("metrics-upkeep".to_owned())
+            .spawn(move || {
+                loop {
+                    std::thread::sleep(UPKEEP_INTERVAL);
+                    handle.run_upkeep();
+                }
+            })
+            .is_ok()
+    })
 }
 
 /// Renders the exposition text, refreshing the tracked-keys gauge first.

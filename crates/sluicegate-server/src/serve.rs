@@ -62,7 +62,7 @@ async fn serve(
     overrides: Overrides,
 ) -> Result<(), String> {
     crate::metrics::install();
-    let upkeep = crate::metrics::spawn_upkeep();
+    crate::metrics::spawn_upkeep();
     let opened = crate::store::open(&config.store).await?;
     // The dashboard sees every verdict next to the metrics, and probes the same store.
     let dashboard = Arc::new(sluicegate_dashboard::DashboardObserver::default());
@@ -153,9 +153,6 @@ async fn serve(
     };
     if tokio::time::timeout(DRAIN_TIMEOUT, drain).await.is_err() {
         tracing::warn!("drain timed out; exiting with requests in flight");
-    }
-    if let Some(upkeep) = upkeep {
-        upkeep.abort();
     }
     match failure {
         Some(e) => Err(e),
