@@ -34,6 +34,7 @@ use crate::state::AppState;
     responses(
         (status = 200, description = "Admitted, or no route matches"),
         (status = 400, description = "The URI header is missing or invalid, or the method header is not a method", body = crate::api::ErrorBody),
+        (status = 403, description = "The client is on a deny list (server.deny or the route's deny)", body = crate::api::ErrorBody),
         (status = 429, description = "Rejected (the status is server.forward_auth_deny_status)")))]
 pub async fn forward_auth(
     State(state): State<AppState>,
@@ -70,7 +71,8 @@ pub async fn forward_auth(
     response
 }
 
-/// The path of the original request (its query is not part of route matching).
+/// The path and query of the original request (the query is not part of route matching;
+/// only `query:<name>` keys read it).
 fn original_path(headers: &HeaderMap, name: &str) -> Result<String, ApiError> {
     let Some(value) = headers.get(name) else {
         return Err(ApiError::invalid(format!(
@@ -83,15 +85,19 @@ fn original_path(headers: &HeaderMap, name: &str) -> Result<String, ApiError> {
     // Origin form (`/a//b?q`, what nginx's $request_uri and Caddy send) is taken as it is:
     // parsing `//a` as a URI would read `a` as a host and skip the limit of `/a`.
     if text.starts_with('/') {
-        let path = text.split(['?', '#']).next().unwrap_or("/");
-        return Ok(path.to_owned());
+        let target = text.split('#').next().unwrap_or("/");
+        return Ok(target.to_owned());
     }
     let uri: axum::http::Uri = text.parse().map_err(|_| invalid())?;
     if uri.scheme().is_none() {
         return Err(invalid());
     }
     let path = uri.path();
-    Ok(if path.is_empty() { "/" } else { path }.to_owned())
+    let path = if path.is_empty() { "/" } else { path };
+    Ok(match uri.query() {
+        Some(query) => format!("{path}?{query}"),
+        None => path.to_owned(),
+    })
 }
 
 fn original_method(headers: &HeaderMap, name: &str, own: Method) -> Result<Method, ApiError> {

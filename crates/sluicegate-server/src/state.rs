@@ -7,7 +7,9 @@ use std::sync::Arc;
 
 use arc_swap::ArcSwap;
 use sluicegate_core::{MemoryStore, Policy, Store, VerdictObserver};
-use sluicegate_middleware::{ClientIdentity, HeaderSet, RateLimiter, RouteTable, WaitQueue};
+use sluicegate_middleware::{
+    AccessList, ClientIdentity, HeaderSet, RateLimiter, RouteTable, WaitQueue,
+};
 
 use crate::config::Config;
 
@@ -45,7 +47,9 @@ impl Runtime {
         .with_header(config.server.client_ip_header);
         let header_sets = config.server.headers.clone();
         wait_queue.set_max(config.server.max_waiting);
+        let access = AccessList::new(config.server.allow.clone(), config.server.deny.clone());
         let limiter = RateLimiter::new(store, routes, identity, header_sets.clone(), observer)
+            .with_access(access)
             .with_wait_queue(Arc::clone(wait_queue));
         Ok(Runtime {
             config,

@@ -63,6 +63,10 @@ pub struct ServerConfig {
     pub connections: ConnectionLimits,
     /// Delay mode: requests waiting for their slot at once; beyond, rejected.
     pub max_waiting: usize,
+    /// Clients (CIDRs) never limited.
+    pub allow: Vec<IpNet>,
+    /// Clients (CIDRs) always refused with 403 `forbidden`.
+    pub deny: Vec<IpNet>,
 }
 
 /// `server.header_read_timeout`, `idle_timeout`, `max_connections`: what one HTTP

@@ -42,6 +42,8 @@ const SERVER: &[&str] = &[
     "idle_timeout",
     "max_connections",
     "max_waiting",
+    "allow",
+    "deny",
 ];
 const STORE: &[&str] = &[
     "backend",
@@ -68,6 +70,8 @@ const ROUTE: &[&str] = &[
     "policies",
     "key",
     "case_insensitive",
+    "allow",
+    "deny",
 ];
 const GATEWAY: &[&str] = &["listen", "upstream", "upstream_timeout"];
 const ENVOY: &[&str] = &["listen", "config", "algorithm", "rules"];
