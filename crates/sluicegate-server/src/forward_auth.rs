@@ -27,8 +27,8 @@ use crate::state::AppState;
 /// it is misconfigured, and admitting would fail open.
 #[utoipa::path(get, path = "/v1/forward-auth", tag = "forward-auth",
     params(
-        ("X-Original-URI" = String, Header, description = "The client's request URI (nginx; forward_auth_source = x-original). With x-forwarded, X-Forwarded-Uri instead: /openapi.json shows the pair the server reads"),
-        ("X-Original-Method" = Option<String>, Header, description = "The client's method (or X-Forwarded-Method). Default: this request's method"),
+        ("X-Original-URI" = String, Header, pattern = "^/", description = "The client's request target, origin form (`/path?query`; nginx $request_uri). With forward_auth_source = x-forwarded it is X-Forwarded-Uri instead: /openapi.json shows the pair this server reads"),
+        ("X-Original-Method" = Option<String>, Header, pattern = "^[!#$%&'*+.^_`|~0-9A-Za-z-]+$", description = "The client's method (or X-Forwarded-Method). Default: this request's method"),
         ("X-Forwarded-For" = Option<String>, Header, description = "The client's address (or the header server.client_ip_header names); used only when the peer is in server.trusted_proxies"),
     ),
     responses(
@@ -80,24 +80,17 @@ fn original_path(headers: &HeaderMap, name: &str) -> Result<String, ApiError> {
              is the proxy configured to send it?"
         )));
     };
-    let invalid = || ApiError::invalid(format!("the {name} header is not a valid URI"));
-    let text = value.to_str().map_err(|_| invalid())?.trim();
-    // Origin form (`/a//b?q`, what nginx's $request_uri and Caddy send) is taken as it is:
-    // parsing `//a` as a URI would read `a` as a host and skip the limit of `/a`.
-    if text.starts_with('/') {
-        let target = text.split('#').next().unwrap_or("/");
-        return Ok(target.to_owned());
+    // Origin form (`/a//b?q`): what nginx's $request_uri, Caddy and Traefik send. It is
+    // taken as it is, not parsed as a URI: `//a` would read `a` as a host and skip the limit
+    // of `/a`. Bytes that are not UTF-8 are replaced, never a reason to refuse (or admit).
+    let text = String::from_utf8_lossy(value.as_bytes());
+    let text = text.trim();
+    if !text.starts_with('/') {
+        return Err(ApiError::invalid(format!(
+            "the {name} header must be the request target in origin form (`/path?query`)"
+        )));
     }
-    let uri: axum::http::Uri = text.parse().map_err(|_| invalid())?;
-    if uri.scheme().is_none() {
-        return Err(invalid());
-    }
-    let path = uri.path();
-    let path = if path.is_empty() { "/" } else { path };
-    Ok(match uri.query() {
-        Some(query) => format!("{path}?{query}"),
-        None => path.to_owned(),
-    })
+    Ok(text.split('#').next().unwrap_or("/").to_owned())
 }
 
 fn original_method(headers: &HeaderMap, name: &str, own: Method) -> Result<Method, ApiError> {
