@@ -1,47 +1,42 @@
 //! Every key the scripts write has a TTL, on allowed and denied paths, for every algorithm
 //! and mode; and the keys vanish once their state is idle.
 
-mod support;
-
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use sluicegate_core::{AlgorithmKind, CheckRequest, KeyedCheck, Mode, Store};
-use support::{RedisServer, keys, policy, policy_with};
+use sluicegate_testkit::redis::keys;
+use sluicegate_testkit::{RedisServer, policy_with, redis, shared_policy};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_key_has_a_ttl_and_vanishes_when_idle() {
     let Some(server) = RedisServer::start() else {
         return;
     };
-    let store = support::store(&server.url(), "ttl").await;
+    let store = redis::store(&server.url(), "ttl").await;
     let period = Duration::from_millis(200);
     let mut policies = Vec::new();
     for kind in AlgorithmKind::ALL {
         let name = kind.name();
-        policies.push(policy(&format!("{name}-reject"), kind, 3, period));
-        policies.push(policy_with(
+        policies.push(shared_policy(&format!("{name}-reject"), kind, 3, period));
+        policies.push(Arc::new(policy_with(
             &format!("{name}-shadow"),
             kind,
             2,
             period,
-            2,
-            Mode::Shadow,
-            period,
-        ));
+            |b| b.burst(2).mode(Mode::Shadow).max_delay(period),
+        )));
         if kind.supports_delay() {
-            policies.push(policy_with(
+            policies.push(Arc::new(policy_with(
                 &format!("{name}-delay"),
                 kind,
                 3,
                 period,
-                2,
-                Mode::Delay,
-                period / 4,
-            ));
+                |b| b.burst(2).mode(Mode::Delay).max_delay(period / 4),
+            )));
         }
     }
-    let strict = policy("strict", AlgorithmKind::FixedWindow, 1, period);
+    let strict = shared_policy("strict", AlgorithmKind::FixedWindow, 1, period);
     for round in 0..3 {
         for client in 0..8 {
             let key = format!("client-{client}");
