@@ -35,7 +35,7 @@ impl Reference {
             None => self.burst,
             Some(last) => {
                 let refill = self.rate.mul_int(i128::from(at.saturating_sub(last)));
-                self.tokens.add(refill).min(self.burst)
+                (self.tokens + refill).min(self.burst)
             }
         }
     }
@@ -43,7 +43,7 @@ impl Reference {
         self.tokens_at(e.at) >= Ratio::int(e.cost.into())
     }
     fn take(&mut self, e: &Event) {
-        self.tokens = self.tokens_at(e.at).sub(Ratio::int(e.cost.into()));
+        self.tokens = self.tokens_at(e.at) - Ratio::int(e.cost.into());
         self.last = Some(e.at);
     }
 }

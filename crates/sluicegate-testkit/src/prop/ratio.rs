@@ -2,6 +2,7 @@
 //! arithmetic of the implementation.
 
 use std::cmp::Ordering;
+use std::ops::{Add, Sub};
 
 /// An exact fraction `num / den`, always reduced, `den > 0`.
 #[derive(Debug, Clone, Copy)]
@@ -28,14 +29,6 @@ impl Ratio {
     pub fn int(n: i128) -> Self {
         Ratio::new(n, 1)
     }
-    /// `self + o`.
-    pub fn add(self, o: Ratio) -> Ratio {
-        Ratio::new(self.num * o.den + o.num * self.den, self.den * o.den)
-    }
-    /// `self - o`.
-    pub fn sub(self, o: Ratio) -> Ratio {
-        Ratio::new(self.num * o.den - o.num * self.den, self.den * o.den)
-    }
     /// `self * n`.
     pub fn mul_int(self, n: i128) -> Ratio {
         Ratio::new(self.num * n, self.den)
@@ -60,5 +53,19 @@ impl PartialOrd for Ratio {
 impl Ord for Ratio {
     fn cmp(&self, o: &Self) -> Ordering {
         (self.num * o.den).cmp(&(o.num * self.den))
+    }
+}
+
+impl Add for Ratio {
+    type Output = Ratio;
+    fn add(self, o: Ratio) -> Ratio {
+        Ratio::new(self.num * o.den + o.num * self.den, self.den * o.den)
+    }
+}
+
+impl Sub for Ratio {
+    type Output = Ratio;
+    fn sub(self, o: Ratio) -> Ratio {
+        Ratio::new(self.num * o.den - o.num * self.den, self.den * o.den)
     }
 }
