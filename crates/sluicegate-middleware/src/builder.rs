@@ -9,6 +9,7 @@ use sluicegate_core::{
     Decider, NoObserver, Policy, PolicyError, PolicySpec, Store, VerdictObserver,
 };
 
+use crate::access::AccessList;
 use crate::headers::HeaderSet;
 use crate::identity::{ClientIdentity, KeyExtractor, RouteKey};
 use crate::limiter::{RateLimiter, TokioTimer};
@@ -63,6 +64,7 @@ pub struct RateLimiterBuilder {
     observer: Arc<dyn VerdictObserver>,
     extractor: Arc<dyn KeyExtractor>,
     store_timeout: Option<Duration>,
+    access: AccessList,
 }
 
 impl RateLimiterBuilder {
@@ -78,6 +80,7 @@ impl RateLimiterBuilder {
             observer: Arc::new(NoObserver),
             extractor: Arc::new(RouteKey),
             store_timeout: None,
+            access: AccessList::default(),
         }
     }
 
@@ -129,6 +132,12 @@ impl RateLimiterBuilder {
         self
     }
 
+    /// Clients never limited (`allow`) and always refused with 403 (`deny`), on every route.
+    pub fn access(mut self, allow: Vec<IpNet>, deny: Vec<IpNet>) -> Self {
+        self.access = AccessList::new(allow, deny);
+        self
+    }
+
     /// Which rate-limit header sets to send (default `draft-6` and `ietf`).
     pub fn headers(mut self, sets: &[HeaderSet]) -> Self {
         self.header_sets = sets.to_vec();
@@ -169,7 +178,8 @@ impl RateLimiterBuilder {
             .with_timeout(self.store_timeout, Arc::new(TokioTimer));
         Ok(
             RateLimiter::new(decider, routes, self.identity, self.header_sets)
-                .with_key_extractor(self.extractor),
+                .with_key_extractor(self.extractor)
+                .with_access(self.access),
         )
     }
 }
