@@ -54,6 +54,6 @@ pub use handle::LimiterHandle;
 pub use headers::{HeaderSet, RejectionBody};
 pub use identity::{ClientIdentity, ClientIpHeader, KeyContext, KeyExtractor, RouteKey};
 pub use layer::{PeerAddr, RateLimitLayer, RateLimitService};
-pub use limiter::{RateLimitDecision, RateLimiter, WaitQueue};
+pub use limiter::{RateLimitDecision, RateLimiter, TokioTimer, WaitQueue};
 pub use metrics::MetricsObserver;
 pub use route::{KeySpec, Route, RouteError, RouteSpec, RouteTable};

@@ -1,8 +1,6 @@
 //! Issue 11, HTTP side, attacked the way a client would: the real binary over real
 //! sockets, raw bytes where a client library would tidy the request up.
 
-mod common;
-
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
@@ -11,9 +9,9 @@ use axum::Router;
 use axum::extract::Request;
 use axum::http::HeaderValue;
 use axum::response::Response;
-use common::{Server, write};
 use reqwest::Client;
 use serde_json::Value;
+use sluicegate_testkit::{Sluicegate as Server, free_port, sluicegate_bin, write};
 
 /// Sends raw bytes, reads the whole answer (the request says `Connection: close`).
 fn raw(addr: SocketAddr, request: &[u8]) -> (u16, String) {
@@ -120,7 +118,11 @@ upstream_timeout = "500ms"
 
 fn start(dir: &tempfile::TempDir, toml: &str) -> Server {
     let path = write(dir.path(), "sluicegate.toml", toml);
-    Server::start_with(&["--config", path.to_str().unwrap()], false)
+    Server::start_with(
+        sluicegate_bin!(),
+        &["--config", path.to_str().unwrap()],
+        false,
+    )
 }
 
 const SPELLINGS: &[&str] = &[
@@ -339,7 +341,7 @@ async fn upstream_failures_leak_no_address() {
     assert!(text.contains("gateway_timeout"), "{text}");
     assert!(!text.contains(&silent.port().to_string()), "{text}");
 
-    let dead = common::free_port();
+    let dead = free_port();
     let dir = tempfile::tempdir().unwrap();
     let server = start(&dir, &config("", ([127, 0, 0, 1], dead).into()));
     let (status, text) = get(server.gateway.unwrap(), "/open", &[]);

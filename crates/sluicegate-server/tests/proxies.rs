@@ -2,15 +2,15 @@
 //! and HAProxy (writing `Forwarded`), each with a client that forges the headers the proxy
 //! does not own: the other forward-auth pair, its own `X-Forwarded-For`, odd path spellings.
 
-mod common;
-
 use std::net::SocketAddr;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use common::{Server, free_port, program, wait_for_port, write};
+use sluicegate_testkit::{
+    Sluicegate as Server, free_port, program, sluicegate_bin, wait_for_port, write,
+};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// A child process stopped with SIGTERM (then SIGKILL) on drop.
@@ -92,7 +92,11 @@ policies = ["auth"]
 "#
     );
     let path = write(dir, "sluicegate.toml", &toml);
-    Server::start_with(&["--config", path.to_str().unwrap()], false)
+    Server::start_with(
+        sluicegate_bin!(),
+        &["--config", path.to_str().unwrap()],
+        false,
+    )
 }
 
 fn tempdir() -> tempfile::TempDir {
