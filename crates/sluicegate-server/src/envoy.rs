@@ -7,7 +7,7 @@ use std::net::SocketAddr;
 use std::path::Path;
 use std::time::Duration;
 
-use sluicegate_envoy::config::fingerprint;
+use sluicegate_envoy::files::fingerprint;
 use sluicegate_envoy::{EnvoyConfig as Compiled, RateLimitService};
 
 use crate::config::EnvoyConfig;

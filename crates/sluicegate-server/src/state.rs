@@ -108,7 +108,7 @@ impl AppState {
     pub fn prune(&self) {
         if let Some(memory) = &self.memory {
             let mut keep = self.runtime().config.policies.clone();
-            keep.extend(self.envoy.get().policies().iter().cloned());
+            keep.extend(self.envoy.policies());
             memory.retain_policies(&keep);
         }
     }

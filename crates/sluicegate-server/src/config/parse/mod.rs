@@ -55,7 +55,16 @@ const POLICY: &[&str] = &[
 ];
 const ROUTE: &[&str] = &["path", "methods", "headers", "policies", "key"];
 const GATEWAY: &[&str] = &["listen", "upstream"];
-const ENVOY: &[&str] = &["listen", "config", "algorithm", "rules"];
+const ENVOY: &[&str] = &[
+    "listen",
+    "config",
+    "algorithm",
+    "merge_domains",
+    "shadow",
+    "quota",
+    "dynamic_metadata",
+    "rules",
+];
 
 type Value<'i> = Spanned<DeValue<'i>>;
 
