@@ -284,8 +284,11 @@ impl EnvoyConfig {
 #[derive(Debug, Clone, Default)]
 pub struct SharedConfig {
     config: Arc<RwLock<Arc<EnvoyConfig>>>,
-    overrides: Arc<Mutex<HashMap<(String, u32, Window), Arc<Policy>>>>,
+    overrides: Arc<Mutex<HashMap<OverrideKey, Arc<Policy>>>>,
 }
+
+/// An override's identity: domain, requests per unit, window.
+type OverrideKey = (String, u32, Window);
 
 /// Most distinct `limit` overrides remembered; past it an override policy is made per
 /// request (same state, since stores key state by the policy's definition).

@@ -421,7 +421,7 @@ fn limit_status(
         decided.iter().min_by_key(|d| d.decision.remaining)
     };
     outcome.over_limit = over;
-    outcome.shadow_denied = !over && decided.iter().any(|d| denied(d));
+    outcome.shadow_denied = !over && decided.iter().any(denied);
     outcome.near_limit = allowed
         && !over
         && decided.iter().any(|d| {

@@ -57,7 +57,7 @@ async fn instance(seeds: &[String], prefix: &str) -> RateLimitService {
 
 /// The slot a descriptor's key would have on its own (unplaced, as before).
 fn own_slot(entries: &[(&str, &str)]) -> Slot {
-    Slot::for_key(&format!("{{{}}}", descriptor_key("cl", entries)))
+    Slot::for_key(format!("{{{}}}", descriptor_key("cl", entries)))
 }
 
 async fn serve(service: RateLimitService) -> std::net::SocketAddr {
