@@ -259,7 +259,7 @@ impl Compiler {
             .iter()
             .map(|e| Step::new(&e.key, e.value.as_deref()))
             .collect();
-        let shadow = !found.is_empty() && found.iter().all(|p| p.mode() == Mode::Shadow);
+        let shadow = !found.is_empty() && found.iter().all(|p| !p.is_enforcing());
         let kind = if spec.unlimited {
             RuleKind::Unlimited
         } else {

@@ -12,7 +12,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
     Code, DescriptorStatus, RateLimit,
 };
 use envoy_types::pb::google::protobuf::Duration as PbDuration;
-use sluicegate_core::{Mode, Outcome, Policy, PolicyDecision};
+use sluicegate_core::{Outcome, Policy, PolicyDecision};
 
 use crate::config::{EnvoyConfig, SharedConfig};
 use crate::key::counter_key;
@@ -219,7 +219,7 @@ pub struct Item {
 impl Item {
     /// Whether a denial of this item refuses the request.
     pub fn enforcing(&self) -> bool {
-        self.policy.mode() != Mode::Shadow
+        self.policy.is_enforcing()
     }
 }
 
@@ -319,11 +319,7 @@ pub fn settle(items: &mut [Item]) {
     for item in items.iter_mut().filter(|i| i.over) {
         if let Some(d) = &mut item.decision {
             d.decision.allowed = false;
-            d.outcome = if item.policy.mode() == Mode::Shadow {
-                Outcome::ShadowDenied
-            } else {
-                Outcome::Denied
-            };
+            d.outcome = Outcome::of(&d.policy, &d.decision);
         }
     }
 }
@@ -409,17 +405,8 @@ fn limit_status(
     let decided: Vec<&PolicyDecision> = mine.iter().filter_map(|i| i.decision.as_ref()).collect();
     let denied = |d: &&PolicyDecision| !d.decision.allowed;
     let over = mine.iter().any(|i| i.enforcing() && i.over)
-        || decided
-            .iter()
-            .any(|d| denied(d) && d.policy.mode() != Mode::Shadow);
-    let deciding = if over {
-        decided
-            .iter()
-            .filter(|d| denied(d) && d.policy.mode() != Mode::Shadow)
-            .max_by_key(|d| d.decision.retry_after)
-    } else {
-        decided.iter().min_by_key(|d| d.decision.remaining)
-    };
+        || decided.iter().any(|d| d.is_enforced_denial());
+    let deciding = sluicegate_core::verdict::deciding(decided.iter().copied(), !over);
     outcome.over_limit = over;
     outcome.shadow_denied = !over && decided.iter().any(denied);
     outcome.near_limit = allowed

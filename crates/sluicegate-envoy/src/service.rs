@@ -14,7 +14,6 @@
 //! the store, and renders the answer.
 
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::{
@@ -23,7 +22,8 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::{
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use envoy_types::pb::google::protobuf::{ListValue, Struct, Value, value::Kind};
 use sluicegate_core::{
-    KeyedCheck, NoObserver, PolicyDecision, Store, StoreError, Verdict, VerdictObserver,
+    Clock, Decider, KeyedCheck, PolicyDecision, Store, StoreError, SystemClock, Verdict,
+    VerdictObserver,
 };
 use tonic::{Request, Response, Status};
 
@@ -47,16 +47,15 @@ pub use crate::decide::MAX_DESCRIPTORS;
 /// ```
 #[derive(Clone)]
 pub struct RateLimitService {
-    store: Arc<dyn Store>,
+    decider: Decider,
     config: SharedConfig,
     headers: Vec<HeaderSet>,
-    observer: Arc<dyn VerdictObserver>,
 }
 
 impl std::fmt::Debug for RateLimitService {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RateLimitService")
-            .field("store", &self.store.kind())
+            .field("decider", &self.decider)
             .field("headers", &self.headers)
             .finish_non_exhaustive()
     }
@@ -67,10 +66,9 @@ impl RateLimitService {
     /// (`draft-6` and `ietf`).
     pub fn new(store: Arc<dyn Store>, config: SharedConfig) -> Self {
         RateLimitService {
-            store,
+            decider: Decider::new(store),
             config,
             headers: HeaderSet::DEFAULT.to_vec(),
-            observer: Arc::new(NoObserver),
         }
     }
 
@@ -82,7 +80,13 @@ impl RateLimitService {
 
     /// Who sees each descriptor's verdict (metrics per policy, the dashboard's top keys).
     pub fn with_observer(mut self, observer: Arc<dyn VerdictObserver>) -> Self {
-        self.observer = observer;
+        self.decider = self.decider.with_observer(observer);
+        self
+    }
+
+    /// Decides through `decider` (the server's: its store, timeout and observer).
+    pub fn with_decider(mut self, decider: Decider) -> Self {
+        self.decider = decider;
         self
     }
 
@@ -169,10 +173,16 @@ impl RateLimitService {
                 KeyedCheck::new(&item.policy, &item.key, cost).placed(domain)
             })
             .collect();
-        self.store
+        let decided = self
+            .decider
             .check_keyed(&checks)
             .await
-            .map_err(|error| store_status(&error))
+            .map_err(|error| store_status(&error))?;
+        // Envoy's own `failure_mode_deny` decides a failed store, as upstream leaves it.
+        match decided.failure {
+            Some(error) => Err(store_status(&error)),
+            None => Ok(decided.verdict),
+        }
     }
 
     /// Steps 6 and 7: statuses, metrics, headers, body and dynamic metadata.
@@ -184,7 +194,7 @@ impl RateLimitService {
         items: &[Item],
         allowed: bool,
     ) -> RateLimitResponse {
-        let now = unix_now();
+        let now = SystemClock.now();
         let mut response = RateLimitResponse {
             overall_code: if allowed { Code::Ok } else { Code::OverLimit } as i32,
             ..Default::default()
@@ -236,7 +246,7 @@ impl RateLimitService {
                 delay: 0,
                 decisions,
             };
-            self.observer.observe(&slot.key, &verdict);
+            self.decider.observe(&slot.key, &verdict);
             for d in verdict.decisions {
                 if !all.iter().any(|o| o.policy.name() == d.policy.name()) {
                     all.push(d);
@@ -258,7 +268,7 @@ impl RateLimitService {
                     .iter()
                     .map(|p| KeyedCheck::new(p, &slot.key, slot.cost).placed(domain))
                     .collect();
-                if let Err(error) = self.store.refund_keyed(&items).await {
+                if let Err(error) = self.decider.store().refund_keyed(&items).await {
                     tracing::warn!(%error, "could not apply negative hits");
                 }
             }
@@ -320,14 +330,6 @@ fn to_pb(value: &serde_json::Value) -> Value {
         }),
     };
     Value { kind: Some(kind) }
-}
-
-/// Microseconds since the Unix epoch.
-fn unix_now() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
-        .unwrap_or(0)
 }
 
 #[cfg(test)]

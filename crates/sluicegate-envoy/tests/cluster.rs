@@ -4,10 +4,6 @@
 //! consumes nothing, with two Sluicegate instances racing on the same keys, directly over gRPC
 //! and through a real Envoy (which fails closed here, so an UNAVAILABLE would show as a 500).
 
-#[path = "../../sluicegate-redis/tests/support/mod.rs"]
-mod redis_support;
-mod support;
-
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -19,7 +15,8 @@ use sluicegate_envoy::envoy_types::pb::envoy::service::ratelimit::v3::RateLimitR
 use sluicegate_envoy::key::descriptor_key;
 use sluicegate_envoy::{EnvoyConfig, RateLimitService, SharedConfig};
 use sluicegate_redis::{RedisConfig, RedisStore};
-use support::{Envoy, bootstrap_many, envoy_or_skip, free_port, start_upstream};
+use sluicegate_testkit::envoy::bootstrap_many;
+use sluicegate_testkit::{Envoy, RedisCluster, envoy_binary, free_port, start_upstream};
 
 const YAML: &str = "domain: cl
 descriptors:
@@ -73,7 +70,7 @@ async fn serve(service: RateLimitService) -> std::net::SocketAddr {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn multi_slot_requests_are_exact_on_a_cluster_with_two_instances_racing() {
-    let Some(cluster) = redis_support::Cluster::start() else {
+    let Some(cluster) = RedisCluster::start() else {
         return;
     };
     let seeds = cluster.seeds();
@@ -118,20 +115,14 @@ async fn multi_slot_requests_are_exact_on_a_cluster_with_two_instances_racing() 
     );
 
     // Through a real Envoy balancing over both instances, failing closed.
-    let Some(binary) = envoy_or_skip("envoy on redis cluster") else {
+    let Some(binary) = envoy_binary() else {
         return;
     };
-    let dir = tempfile::tempdir().unwrap();
     let upstream = start_upstream().await;
     let services = [serve((*a).clone()).await, serve((*b).clone()).await];
     let (admin, open, closed) = (free_port(), free_port(), free_port());
-    let path = dir.path().join("envoy.yaml");
-    std::fs::write(
-        &path,
-        bootstrap_many(admin, open, closed, upstream, &services, "cl"),
-    )
-    .unwrap();
-    let envoy = Envoy::start(&binary, &path, admin, dir.path()).await;
+    let bootstrap = bootstrap_many(admin, open, closed, upstream, &services, "cl");
+    let envoy = Envoy::start(&binary, &bootstrap, admin).await;
     let client = reqwest::Client::new();
     let mut requests = tokio::task::JoinSet::new();
     for _ in 0..12 {
