@@ -12,6 +12,7 @@ use std::sync::Arc;
 use crate::clock::Micros;
 use crate::decision::Decision;
 use crate::policy::{Mode, Policy};
+use crate::store::StoreError;
 
 /// How one policy judged a request, for metrics and logs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -152,23 +153,51 @@ impl Verdict {
     /// The verdict when the store failed: every policy answers by its `on_store_error`.
     pub fn store_failed(policies: &[Arc<Policy>]) -> Verdict {
         use crate::policy::OnStoreError;
+        Self::failed(policies, |p| p.on_store_error() == OnStoreError::Allow)
+    }
+
+    /// The verdict for a request the store could not decide because of `error`: an outage
+    /// ([`StoreError::is_outage`]) follows each policy's `on_store_error`
+    /// ([`Verdict::store_failed`]); any other error (of the configuration, of the code, or
+    /// a request the store refused) fails closed, whatever `on_store_error` says, so a bug
+    /// can never open the gate. Shadow policies still never reject.
+    ///
+    /// ```
+    /// use std::{sync::Arc, time::Duration};
+    /// use sluicegate_core::{AlgorithmKind, Policy, StoreError, Verdict};
+    /// let open = [Arc::new(Policy::builder("p", AlgorithmKind::Gcra, 5, Duration::from_secs(1)).build().unwrap())];
+    /// assert!(Verdict::store_error(&open, &StoreError::Timeout).allowed);
+    /// assert!(!Verdict::store_error(&open, &StoreError::Internal("bad reply".into())).allowed);
+    /// ```
+    pub fn store_error(policies: &[Arc<Policy>], error: &StoreError) -> Verdict {
+        if error.is_outage() {
+            Self::store_failed(policies)
+        } else {
+            Self::failed(policies, |_| false)
+        }
+    }
+
+    /// Every policy answers `admits(policy)`, counted as a store error.
+    fn failed(policies: &[Arc<Policy>], admits: impl Fn(&Policy) -> bool) -> Verdict {
         let allowed = policies
             .iter()
-            .all(|p| p.on_store_error() == OnStoreError::Allow || p.mode() == Mode::Shadow);
+            .all(|p| admits(p) || p.mode() == Mode::Shadow);
         let decisions = policies
             .iter()
-            .map(|policy| PolicyDecision {
-                decision: Decision {
-                    allowed: policy.on_store_error() == OnStoreError::Allow,
-                    limit: policy.limit(),
-                    remaining: 0,
-                    reset_after: 0,
-                    retry_after: (policy.on_store_error() == OnStoreError::Deny)
-                        .then_some(1_000_000),
-                    delay: 0,
-                },
-                policy: Arc::clone(policy),
-                outcome: Outcome::StoreError,
+            .map(|policy| {
+                let admitted = admits(policy);
+                PolicyDecision {
+                    decision: Decision {
+                        allowed: admitted,
+                        limit: policy.limit(),
+                        remaining: 0,
+                        reset_after: 0,
+                        retry_after: (!admitted).then_some(1_000_000),
+                        delay: 0,
+                    },
+                    policy: Arc::clone(policy),
+                    outcome: Outcome::StoreError,
+                }
             })
             .collect();
         Verdict {

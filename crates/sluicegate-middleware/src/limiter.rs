@@ -171,7 +171,7 @@ impl RateLimiter {
             Ok(verdict) => verdict,
             Err(error) => {
                 self.warn_store_error(&error);
-                Verdict::store_failed(policies)
+                Verdict::store_error(policies, &error)
             }
         };
         self.observer.observe(&key, &verdict);
@@ -206,7 +206,11 @@ impl RateLimiter {
                 .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
                 .is_ok()
         {
-            tracing::warn!(store = self.store.kind(), %error, "rate-limit store failed; on_store_error applies");
+            if error.is_outage() {
+                tracing::warn!(store = self.store.kind(), %error, "rate-limit store failed; on_store_error applies");
+            } else {
+                tracing::error!(store = self.store.kind(), %error, "rate-limit store could not decide; failing closed");
+            }
         }
     }
 }

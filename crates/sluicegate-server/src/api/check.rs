@@ -120,9 +120,13 @@ pub async fn decide(
     let verdict = match result {
         Ok(verdict) => verdict,
         Err(e) if e.is_bad_request() => return Err(ApiError::from_store(&e)),
-        Err(e) => {
-            tracing::warn!(error = %e, store = state.store.kind(), "store failed; on_store_error decides");
+        Err(e) if e.is_outage() => {
+            // The store logs its failures itself, at most once a second.
             Verdict::store_failed(policies)
+        }
+        Err(e) => {
+            tracing::error!(error = %e, store = state.store.kind(), "store could not decide; failing closed");
+            return Err(ApiError::from_store(&e));
         }
     };
     if cost > 0 {
@@ -182,11 +186,14 @@ async fn check_batch(
     for ((i, policies, body), verdict) in valid.iter().zip(verdicts) {
         let verdict = match verdict {
             Ok(v) => v,
-            Err(e) if e.is_bad_request() => {
+            Err(e) if e.is_outage() => Verdict::store_failed(policies),
+            Err(e) => {
+                if !e.is_bad_request() {
+                    tracing::error!(error = %e, "store could not decide; failing closed");
+                }
                 results[*i] = Some(BatchEntry::Failed(ApiError::from_store(&e).body));
                 continue;
             }
-            Err(_) => Verdict::store_failed(policies),
         };
         if body.cost > 0 {
             state.observer.observe(&body.key, &verdict);
