@@ -36,6 +36,8 @@ const SERVER: &[&str] = &[
     "admin_token",
     "headers",
     "forward_auth_deny_status",
+    "allow",
+    "deny",
 ];
 const STORE: &[&str] = &[
     "backend",
@@ -55,7 +57,9 @@ const POLICY: &[&str] = &[
     "max_delay",
     "on_store_error",
 ];
-const ROUTE: &[&str] = &["path", "methods", "headers", "policies", "key"];
+const ROUTE: &[&str] = &[
+    "path", "methods", "headers", "policies", "key", "allow", "deny",
+];
 const GATEWAY: &[&str] = &["listen", "upstream"];
 const ENVOY: &[&str] = &["listen", "config", "algorithm", "rules"];
 
