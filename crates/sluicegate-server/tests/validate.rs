@@ -1,8 +1,7 @@
 //! `sluicegate validate` and the same validation at start.
 
-mod common;
-
-use common::{binary, write};
+use sluicegate_testkit::{sluicegate_bin, write};
+use std::process::Command;
 
 const BROKEN: &str = r#"[server]
 listen = "localhost"
@@ -37,7 +36,7 @@ policies = ["auth", "nope"]
 fn every_error_is_reported_with_line_and_column() {
     let dir = tempfile::tempdir().unwrap();
     let path = write(dir.path(), "broken.toml", BROKEN);
-    let out = binary()
+    let out = Command::new(sluicegate_bin!())
         .args(["validate", "--config"])
         .arg(&path)
         .output()
@@ -77,7 +76,7 @@ fn burst_below_one_is_an_error() {
     let text =
         "[[policies]]\nname = \"a\"\nalgorithm = \"gcra\"\nlimit = 1\nperiod = \"1s\"\nburst = 0\n";
     let path = write(dir.path(), "b.toml", text);
-    let out = binary()
+    let out = Command::new(sluicegate_bin!())
         .args(["validate", "--config"])
         .arg(&path)
         .output()
@@ -94,7 +93,7 @@ fn burst_below_one_is_an_error() {
 fn a_syntax_error_has_its_place_too() {
     let dir = tempfile::tempdir().unwrap();
     let path = write(dir.path(), "s.toml", "[server]\nlisten = \"127.0.0.1:1\n");
-    let out = binary()
+    let out = Command::new(sluicegate_bin!())
         .args(["validate", "--config"])
         .arg(&path)
         .output()
@@ -114,7 +113,7 @@ fn valid_files_pass_and_serve_refuses_invalid_ones() {
     for entry in std::fs::read_dir(&root).unwrap() {
         let path = entry.unwrap().path();
         if path.extension().is_some_and(|e| e == "toml") {
-            let out = binary()
+            let out = Command::new(sluicegate_bin!())
                 .args(["validate", "--config"])
                 .arg(&path)
                 .output()
@@ -132,7 +131,7 @@ fn valid_files_pass_and_serve_refuses_invalid_ones() {
 
     let dir = tempfile::tempdir().unwrap();
     let path = write(dir.path(), "broken.toml", BROKEN);
-    let out = binary()
+    let out = Command::new(sluicegate_bin!())
         .args(["serve", "--listen", "127.0.0.1:0", "--config"])
         .arg(&path)
         .output()
@@ -169,7 +168,7 @@ limit = 1000000
 period = "1d"
 "#;
     let path = write(dir.path(), "redis.toml", redis);
-    let out = binary()
+    let out = Command::new(sluicegate_bin!())
         .args(["validate", "--config"])
         .arg(&path)
         .output()
@@ -182,7 +181,7 @@ period = "1d"
         "{stderr}"
     );
     assert!(!stderr.contains("\"fine\""), "{stderr}");
-    let serve = binary()
+    let serve = Command::new(sluicegate_bin!())
         .args(["serve", "--listen", "127.0.0.1:0", "--config"])
         .arg(&path)
         .output()
@@ -196,13 +195,13 @@ period = "1d"
     // The same policy is exact in memory; `--redis` switches the store and refuses it.
     let memory = redis.replace("backend = \"redis\"\nurl = \"redis://127.0.0.1:1/0\"\n", "");
     let path = write(dir.path(), "memory.toml", &memory);
-    let ok = binary()
+    let ok = Command::new(sluicegate_bin!())
         .args(["validate", "--config"])
         .arg(&path)
         .output()
         .unwrap();
     assert_eq!(ok.status.code(), Some(0), "{ok:?}");
-    let serve = binary()
+    let serve = Command::new(sluicegate_bin!())
         .args([
             "serve",
             "--listen",
@@ -223,7 +222,7 @@ period = "1d"
     // Periods: at most 3660 days.
     let long = memory.replace("period = \"30d\"", "period = \"3661d\"");
     let path = write(dir.path(), "long.toml", &long);
-    let out = binary()
+    let out = Command::new(sluicegate_bin!())
         .args(["validate", "--config"])
         .arg(&path)
         .output()

@@ -114,25 +114,18 @@ pub async fn decide(
     key: &str,
     cost: u64,
 ) -> Result<Verdict, ApiError> {
-    let request = CheckRequest::new(policies, key, cost);
-    request.validate().map_err(|e| ApiError::from_store(&e))?;
-    let result = state.store.check(request).await;
-    let verdict = match result {
-        Ok(verdict) => verdict,
-        Err(e) if e.is_bad_request() => return Err(ApiError::from_store(&e)),
-        Err(e) if e.is_outage() => {
-            // The store logs its failures itself, at most once a second.
-            Verdict::store_failed(policies)
-        }
-        Err(e) => {
-            tracing::error!(error = %e, store = state.store.kind(), "store could not decide; failing closed");
-            return Err(ApiError::from_store(&e));
-        }
-    };
-    if cost > 0 {
-        state.observer.observe(key, &verdict);
-    }
-    Ok(verdict)
+    let decided = state
+        .decider
+        .check(CheckRequest::new(policies, key, cost))
+        .await
+        .map_err(|e| {
+            if !e.is_bad_request() {
+                tracing::error!(error = %e, store = state.store.kind(), "store could not decide; failing closed");
+            }
+            ApiError::from_store(&e)
+        })?;
+    // An outage was answered by on_store_error; the store logs it, at most once a second.
+    Ok(decided.verdict)
 }
 
 /// The 200 answer with the rate-limit headers (and `Retry-After` on a denial).
@@ -182,24 +175,18 @@ async fn check_batch(
         .iter()
         .map(|(_, policies, body)| CheckRequest::new(policies, &body.key, body.cost))
         .collect();
-    let verdicts = state.store.check_batch(&requests).await;
-    for ((i, policies, body), verdict) in valid.iter().zip(verdicts) {
-        let verdict = match verdict {
-            Ok(v) => v,
-            Err(e) if e.is_outage() => Verdict::store_failed(policies),
+    let decided = state.decider.check_batch(&requests).await;
+    for ((i, _, body), decided) in valid.iter().zip(decided) {
+        results[*i] = match decided {
+            Ok(decided) => CheckResponse::from_verdict(&decided.verdict, body.policy.is_list())
+                .map(BatchEntry::Decided),
             Err(e) => {
                 if !e.is_bad_request() {
                     tracing::error!(error = %e, "store could not decide; failing closed");
                 }
-                results[*i] = Some(BatchEntry::Failed(ApiError::from_store(&e).body));
-                continue;
+                Some(BatchEntry::Failed(ApiError::from_store(&e).body))
             }
         };
-        if body.cost > 0 {
-            state.observer.observe(&body.key, &verdict);
-        }
-        results[*i] =
-            CheckResponse::from_verdict(&verdict, body.policy.is_list()).map(BatchEntry::Decided);
     }
     Ok(BatchResponse {
         results: results
