@@ -14,14 +14,15 @@ use sluicegate_core::spec::parse_duration;
 use sluicegate_core::{
     AlgorithmKind, MAX_PERIOD, Mode, OnStoreError, Policy, PolicyError, PolicySpec,
 };
-use sluicegate_middleware::{HeaderSet, KeySpec, RouteSpec, RouteTable};
+use sluicegate_middleware::{ClientIpHeader, HeaderSet, KeySpec, RouteSpec, RouteTable};
 use toml::Spanned;
 use toml::de::{DeTable, DeValue};
 
 use super::diagnostic::Collector;
 use super::{
-    Backend, Config, DEFAULT_MAX_KEYS, Diagnostics, EnvoyConfig, GatewayConfig, ServerConfig,
-    StoreConfig,
+    Backend, Config, ConnectionLimits, DEFAULT_MAX_KEYS, DEFAULT_MAX_WAITING,
+    DEFAULT_UPSTREAM_TIMEOUT, Diagnostics, EnvoyConfig, ForwardAuthSource, GatewayConfig,
+    ServerConfig, StoreConfig,
 };
 
 mod policies;
@@ -36,6 +37,13 @@ const SERVER: &[&str] = &[
     "admin_token",
     "headers",
     "forward_auth_deny_status",
+    "client_ip_header",
+    "forward_auth_source",
+    "api_token",
+    "header_read_timeout",
+    "idle_timeout",
+    "max_connections",
+    "max_waiting",
     "allow",
     "deny",
 ];
@@ -58,9 +66,16 @@ const POLICY: &[&str] = &[
     "on_store_error",
 ];
 const ROUTE: &[&str] = &[
-    "path", "methods", "headers", "policies", "key", "allow", "deny",
+    "path",
+    "methods",
+    "headers",
+    "policies",
+    "key",
+    "case_insensitive",
+    "allow",
+    "deny",
 ];
-const GATEWAY: &[&str] = &["listen", "upstream"];
+const GATEWAY: &[&str] = &["listen", "upstream", "upstream_timeout"];
 const ENVOY: &[&str] = &["listen", "config", "algorithm", "rules"];
 
 type Value<'i> = Spanned<DeValue<'i>>;
