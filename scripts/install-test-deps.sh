@@ -10,6 +10,10 @@ command -v redis-cli >/dev/null || need_apt+=(redis-tools)
 command -v openssl >/dev/null || need_apt+=(openssl)
 command -v nginx >/dev/null || need_apt+=(nginx-light)
 command -v chromium >/dev/null || need_apt+=(chromium)
+# The calendar property test checks jiff's bundled time zones against Python's zoneinfo
+# over the system's IANA database (an independent implementation and copy of the data).
+command -v python3 >/dev/null || need_apt+=(python3)
+[ -e /usr/share/zoneinfo/Europe/Berlin ] || need_apt+=(tzdata)
 if [ ${#need_apt[@]} -gt 0 ]; then
   apt-get update -qq
   apt-get install -y -qq --no-install-recommends "${need_apt[@]}"

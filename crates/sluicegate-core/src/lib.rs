@@ -23,9 +23,11 @@
 #![warn(missing_docs)]
 
 pub mod algorithm;
+pub mod calendar;
 pub mod clock;
 pub mod decision;
 pub mod memory;
+pub mod penalty;
 pub mod policy;
 pub mod spec;
 pub mod store;
@@ -34,7 +36,7 @@ pub mod verdict;
 pub use clock::{Clock, ManualClock, Micros, SystemClock};
 pub use decision::Decision;
 pub use memory::MemoryStore;
-pub use policy::{AlgorithmKind, Mode, OnStoreError, Policy, PolicyError};
+pub use policy::{AlgorithmKind, CountingKey, Mode, OnStoreError, Policy, PolicyError};
 pub use spec::PolicySpec;
 pub use store::{BoxFuture, CheckRequest, KeyedCheck, Store, StoreError};
 pub use verdict::{NoObserver, Outcome, PolicyDecision, Verdict, VerdictObserver};

@@ -181,10 +181,7 @@ pub fn write_headers_cached(
             HeaderSet::Legacy => {
                 if let Some(d) = headline(verdict) {
                     let d = &d.decision;
-                    let now = SystemTime::now()
-                        .duration_since(UNIX_EPOCH)
-                        .map(|t| u64::try_from(t.as_micros()).unwrap_or(u64::MAX))
-                        .unwrap_or(0);
+                    let now = now_micros();
                     let reset = ceil_secs(now.saturating_add(d.reset_after));
                     headers.insert(X_RATELIMIT_LIMIT, HeaderValue::from(d.limit));
                     headers.insert(X_RATELIMIT_REMAINING, HeaderValue::from(d.remaining));
@@ -194,6 +191,13 @@ pub fn write_headers_cached(
             HeaderSet::Ietf => write_ietf(verdict, policy_field, headers),
         }
     }
+}
+
+fn now_micros() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|t| u64::try_from(t.as_micros()).unwrap_or(u64::MAX))
+        .unwrap_or(0)
 }
 
 fn sf_int(value: u64) -> Integer {
@@ -219,12 +223,15 @@ const KEY_T: &KeyRef = KeyRef::constant("t");
 /// assert_eq!(field, r#""auth";q=10;w=60"#);
 /// ```
 pub fn policy_field(policies: &[Arc<Policy>]) -> Option<HeaderValue> {
+    let now = now_micros();
     let mut list = ListSerializer::new();
     for policy in policies.iter().filter(|p| p.mode() != Mode::Shadow) {
         let Ok(name) = StringRef::from_str(policy.name()) else {
             continue;
         };
-        let window = ceil_secs(policy.period()).max(1);
+        // A calendar window's real length: 23 hours on the day DST starts, 29 days in a
+        // leap February.
+        let window = ceil_secs(policy.window_at(now)).max(1);
         list.bare_item(name)
             .parameter(KEY_Q, sf_int(policy.limit()))
             .parameter(KEY_W, sf_int(window));

@@ -54,6 +54,9 @@ const POLICY: &[&str] = &[
     "mode",
     "max_delay",
     "on_store_error",
+    "penalty",
+    "calendar",
+    "timezone",
 ];
 const ROUTE: &[&str] = &[
     "path", "methods", "headers", "policies", "key", "allow", "deny",
