@@ -322,8 +322,15 @@ timezone = "Europe/Berlin"
     }
     // Unix seconds, rounded up from the time the header is written (a moment after the
     // decision): the boundary itself, or one second over it.
-    let reset_at: u64 = headers["x-ratelimit-reset"].to_str().unwrap().parse().unwrap();
-    assert!((end..=end + 1).contains(&reset_at), "{reset_at} against {end}");
+    let reset_at: u64 = headers["x-ratelimit-reset"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(
+        (end..=end + 1).contains(&reset_at),
+        "{reset_at} against {end}"
+    );
     assert_eq!(
         headers["ratelimit-policy"],
         format!(r#""monthly";q=3;w={}"#, end - start).as_str()
