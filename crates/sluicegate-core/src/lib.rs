@@ -25,6 +25,7 @@
 pub mod algorithm;
 pub mod calendar;
 pub mod clock;
+pub mod decide;
 pub mod decision;
 pub mod memory;
 pub mod penalty;
@@ -34,6 +35,7 @@ pub mod store;
 pub mod verdict;
 
 pub use clock::{Clock, ManualClock, Micros, SystemClock};
+pub use decide::{Decided, Decider, Timer};
 pub use decision::Decision;
 pub use memory::MemoryStore;
 pub use policy::{AlgorithmKind, CountingKey, Mode, OnStoreError, Policy, PolicyError};
