@@ -2,8 +2,9 @@
 //! richer keys, allow/deny lists (and their metrics).
 
 use std::net::IpAddr;
+use std::process::Command;
 
-use sluicegate_testkit::{RedisServer, Sluicegate, sluicegate_bin, write};
+use sluicegate_testkit::{RedisServer, Sluicegate, eventually, program, sluicegate_bin, write};
 
 fn store_section(redis_port: Option<u16>) -> String {
     match redis_port {
@@ -113,7 +114,11 @@ async fn keys_and_access_lists_on_redis() {
     keys_and_lists(Some(redis.port)).await;
 }
 
-async fn api_check(client: &reqwest::Client, server: &Server, policy: &str) -> serde_json::Value {
+async fn api_check(
+    client: &reqwest::Client,
+    server: &Sluicegate,
+    policy: &str,
+) -> serde_json::Value {
     client
         .post(server.url("/v1/check"))
         .json(&serde_json::json!({"policy": policy, "key": "customer-1", "cost": 1}))
@@ -165,7 +170,7 @@ async fn penalties_and_reload(redis_port: Option<u16>) {
         "p.toml",
         &penalty_config(redis_port, "allow", "reject"),
     );
-    let server = Server::start(&["--config", path.to_str().unwrap()]);
+    let server = Sluicegate::start(sluicegate_bin!(), &["--config", path.to_str().unwrap()]);
     let client = reqwest::Client::new();
 
     assert_eq!(api_check(&client, &server, "strict").await["allowed"], true);
@@ -199,7 +204,7 @@ async fn penalties_and_reload(redis_port: Option<u16>) {
     }
     assert_eq!(api_check(&client, &server, "daily").await["allowed"], false);
     std::fs::write(&path, penalty_config(redis_port, "deny", "reject")).unwrap();
-    common::eventually("on_store_error = deny applied", || async {
+    eventually("on_store_error = deny applied", || async {
         let v: serde_json::Value = client
             .get(server.url("/v1/policies"))
             .send()
@@ -231,10 +236,10 @@ async fn penalties_and_reload_on_memory() {
 
 #[tokio::test]
 async fn penalties_and_reload_on_redis() {
-    let Some((_redis, port)) = redis() else {
+    let Some(redis) = RedisServer::start() else {
         return;
     };
-    penalties_and_reload(Some(port)).await;
+    penalties_and_reload(Some(redis.port)).await;
 }
 
 /// The current month in Europe/Berlin as Python's zoneinfo sees it: (start, end) in Unix
@@ -279,7 +284,7 @@ timezone = "Europe/Berlin"
         store_section(redis_port)
     );
     let path = write(dir.path(), "cal.toml", &config);
-    let server = Server::start(&["--config", path.to_str().unwrap()]);
+    let server = Sluicegate::start(sluicegate_bin!(), &["--config", path.to_str().unwrap()]);
     let client = reqwest::Client::new();
     let response = client
         .post(server.url("/v1/check"))
@@ -337,8 +342,8 @@ async fn calendar_month_on_memory() {
 
 #[tokio::test]
 async fn calendar_month_on_redis() {
-    let Some((_redis, port)) = redis() else {
+    let Some(redis) = RedisServer::start() else {
         return;
     };
-    calendar_month(Some(port)).await;
+    calendar_month(Some(redis.port)).await;
 }
