@@ -133,7 +133,7 @@ fn calendar_bounds(policy: &Policy, now: Micros) -> Vec<Micros> {
 }
 
 fn bad_reply(what: &str) -> StoreError {
-    StoreError::Unavailable(format!("unexpected reply from the Redis script: {what}"))
+    StoreError::Internal(format!("unexpected reply from the Redis script: {what}"))
 }
 
 /// Turns the script's reply into one verdict per request, in order.
