@@ -45,7 +45,15 @@ fn algorithm_tag(kind: AlgorithmKind) -> &'static str {
 fn fingerprint(policy: &Policy) -> u32 {
     let mut hash: u32 = 0x811c_9dc5;
     let numbers = [policy.limit(), policy.period(), policy.burst()];
-    for byte in numbers.iter().flat_map(|n| n.to_le_bytes()) {
+    let zone = policy
+        .calendar()
+        .map(|c| c.zone().as_bytes())
+        .unwrap_or_default();
+    for byte in numbers
+        .iter()
+        .flat_map(|n| n.to_le_bytes())
+        .chain(zone.iter().copied())
+    {
         hash ^= u32::from(byte);
         hash = hash.wrapping_mul(0x0100_0193);
     }

@@ -511,6 +511,7 @@ impl Inner {
             .run(move |mut conn| async move {
                 redis::cmd("DEL")
                     .arg(&state)
+                    .arg(format!("{state}:penalty"))
                     .query_async::<()>(&mut conn)
                     .await
             })

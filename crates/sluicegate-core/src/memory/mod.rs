@@ -110,8 +110,10 @@ impl<C: Clock> MemoryStore<C> {
         }
     }
 
-    /// Drops the state of every policy not in `keep` (after a reload). A policy is kept
-    /// only if its whole definition is unchanged; it then keeps its state.
+    /// Drops the state of every policy not in `keep` (after a reload). A policy keeps its
+    /// state when its counting is unchanged (same [`CountingKey`](crate::CountingKey):
+    /// name, algorithm, limit, period, burst), whatever its mode, `max_delay`,
+    /// `on_store_error` or `penalty` became.
     pub fn retain_policies(&self, keep: &[Arc<Policy>]) {
         let dropped = self.registry.retain(keep);
         if dropped.is_empty() {

@@ -64,6 +64,9 @@ const POLICY: &[&str] = &[
     "mode",
     "max_delay",
     "on_store_error",
+    "penalty",
+    "calendar",
+    "timezone",
 ];
 const ROUTE: &[&str] = &[
     "path",
