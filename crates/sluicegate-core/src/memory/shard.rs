@@ -183,8 +183,10 @@ impl StoreShard {
     }
 
     /// Evicts one entry: an expired one of any policy if there is one (it is identical to
-    /// a fresh key, so nothing is lost), else the CLOCK victim of the policy with the most
-    /// keys in this shard. Fails only if every entry belongs to the request in progress.
+    /// a fresh key, so nothing is lost), else, in the policy with the most keys in this
+    /// shard, the sampled state whose loss admits the fewest extra requests (a state back to
+    /// full before one being limited). Fails only if every entry belongs to the request in
+    /// progress.
     fn make_room(&mut self, now: Micros, protected: &dyn Fn(usize, Fingerprint) -> bool) -> bool {
         for (_, table) in self.tables.iter_mut().flatten() {
             if table.drop_expired(now) {
@@ -200,7 +202,7 @@ impl StoreShard {
             .max();
         if let Some((_, index)) = largest
             && let Some((_, table)) = &mut self.tables[index]
-            && table.drop_clock_victim(&|fp| protected(index, fp))
+            && table.drop_cheapest(now, &|fp| protected(index, fp))
         {
             self.count -= 1;
             return true;
