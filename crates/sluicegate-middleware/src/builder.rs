@@ -29,6 +29,9 @@ pub enum BuildError {
     /// A route is invalid.
     #[error(transparent)]
     Route(#[from] RouteError),
+    /// A route's pool, level or weight does not fit the pools added.
+    #[error(transparent)]
+    Pool(#[from] crate::pool::PoolBindError),
 }
 
 /// Builds a [`RateLimiter`].
@@ -61,6 +64,7 @@ pub struct RateLimiterBuilder {
     observer: Arc<dyn VerdictObserver>,
     extractor: Arc<dyn KeyExtractor>,
     store_timeout: Option<Duration>,
+    pools: Vec<Arc<crate::Pool>>,
 }
 
 impl RateLimiterBuilder {
@@ -76,7 +80,14 @@ impl RateLimiterBuilder {
             observer: Arc::new(NoObserver),
             extractor: Arc::new(RouteKey),
             store_timeout: None,
+            pools: Vec::new(),
         }
+    }
+
+    /// Adds a pool (`[[pools]]`) that routes name with [`RouteSpec::pool`].
+    pub fn pool(mut self, pool: Arc<crate::Pool>) -> Self {
+        self.pools.push(pool);
+        self
     }
 
     /// Adds a policy.
@@ -170,6 +181,7 @@ impl RateLimiterBuilder {
             self.observer,
         )
         .with_key_extractor(self.extractor)
-        .with_store_timeout(self.store_timeout))
+        .with_store_timeout(self.store_timeout)
+        .with_pools(&self.pools)?)
     }
 }

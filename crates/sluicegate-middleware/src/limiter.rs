@@ -16,6 +16,7 @@ use sluicegate_core::{CheckRequest, Outcome, Policy, Store, StoreError, Verdict,
 use crate::builder::RateLimiterBuilder;
 use crate::headers::{self, HeaderSet};
 use crate::identity::{ClientIdentity, KeyContext, KeyExtractor, RouteKey};
+use crate::pool::{Pool, PoolBindError, PoolBinding, PoolPermit, PoolRejected};
 use crate::route::{Route, RouteTable};
 
 /// Decides requests: finds the route, forms the client key, asks the store, applies
@@ -58,6 +59,8 @@ pub struct RateLimiter {
     extractor: Arc<dyn KeyExtractor>,
     store_timeout: Option<Duration>,
     last_store_warning: AtomicU64,
+    /// Each route's pool, by route index.
+    pools: Vec<Option<PoolBinding>>,
 }
 
 impl std::fmt::Debug for RateLimiter {
@@ -95,6 +98,7 @@ impl RateLimiter {
             extractor: Arc::new(RouteKey),
             store_timeout: None,
             last_store_warning: AtomicU64::new(0),
+            pools: Vec::new(),
         }
     }
 
@@ -109,6 +113,24 @@ impl RateLimiter {
     pub fn with_store_timeout(mut self, timeout: Option<Duration>) -> RateLimiter {
         self.store_timeout = timeout;
         self
+    }
+
+    /// Resolves every route's `pool` among `pools`; admitted requests of those routes then
+    /// wait for a slot with [`RateLimitDecision::enter_pool`].
+    pub fn with_pools(mut self, pools: &[Arc<Pool>]) -> Result<RateLimiter, PoolBindError> {
+        for (i, pool) in pools.iter().enumerate() {
+            if pools[..i].iter().any(|p| p.name() == pool.name()) {
+                return Err(PoolBindError::DuplicatePool(pool.name().to_owned()));
+            }
+        }
+        let mut bindings = vec![None; self.routes.routes().len()];
+        for route in self.routes.routes() {
+            if let Some(slot) = bindings.get_mut(route.index()) {
+                *slot = PoolBinding::resolve(route, pools)?;
+            }
+        }
+        self.pools = bindings;
+        Ok(self)
     }
 
     /// The store.
@@ -186,6 +208,7 @@ impl RateLimiter {
             }
         }
         RateLimitDecision {
+            pool: self.pools.get(route.index()).cloned().flatten(),
             verdict,
             key,
             route_path: Arc::clone(route.path_arc()),
@@ -227,6 +250,7 @@ pub struct RateLimitDecision {
     policy_field: Option<HeaderValue>,
     store: Arc<dyn Store>,
     header_sets: Arc<[HeaderSet]>,
+    pool: Option<PoolBinding>,
 }
 
 impl std::fmt::Debug for RateLimitDecision {
@@ -283,6 +307,17 @@ impl RateLimitDecision {
     /// The rejection with another status (forward-auth for nginx needs 401 or 403).
     pub fn rejection_with_status(&self, status: StatusCode) -> Response<Full<Bytes>> {
         headers::rejection_response(&self.header_sets, &self.verdict, status)
+    }
+
+    /// Waits for the route's pool slot (after [`wait`](Self::wait)): `Ok(None)` when the
+    /// route has no pool, `Ok(permit)` to hold while the upstream works (drop it when the
+    /// response ends), or the pool's 429 ([`PoolRejected::response`]). Cancel-safe:
+    /// dropping the future leaves the queue at once.
+    pub async fn enter_pool(&self) -> Result<Option<PoolPermit>, PoolRejected> {
+        match &self.pool {
+            Some(binding) if self.verdict.allowed => binding.acquire(&self.key).await.map(Some),
+            _ => Ok(None),
+        }
     }
 
     /// Waits for the request's reserved slot (delay mode; returns at once otherwise)

@@ -112,6 +112,16 @@ pub struct RouteSpec {
     /// How clients are told apart.
     #[serde(default)]
     pub key: KeySpec,
+    /// The pool (`[[pools]]`) this route's admitted requests pass through; the key is
+    /// the flow.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pool: Option<String>,
+    /// The pool's level; needed when the pool has more than one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub level: Option<String>,
+    /// This route's flows get this many shares within the level (default 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub weight: Option<u32>,
 }
 
 impl RouteSpec {
@@ -123,7 +133,24 @@ impl RouteSpec {
             headers: BTreeMap::new(),
             policies: policies.iter().map(|p| (*p).to_owned()).collect(),
             key: KeySpec::Ip,
+            pool: None,
+            level: None,
+            weight: None,
         }
+    }
+
+    /// Sends the route's admitted requests through `pool` at `level` (`None`: the pool's
+    /// only level).
+    pub fn pool(mut self, pool: impl Into<String>, level: Option<&str>) -> Self {
+        self.pool = Some(pool.into());
+        self.level = level.map(str::to_owned);
+        self
+    }
+
+    /// Sets the weight of this route's flows within its pool level.
+    pub fn weight(mut self, weight: u32) -> Self {
+        self.weight = Some(weight);
+        self
     }
 
     /// Restricts the route to these methods.
@@ -206,6 +233,19 @@ pub struct Route {
     key: KeySpec,
     index: usize,
     policy_field: Option<HeaderValue>,
+    pool: Option<RoutePool>,
+}
+
+/// A route's `pool`, `level` and `weight`, as written (resolved by
+/// [`RateLimiter::with_pools`](crate::RateLimiter::with_pools)).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RoutePool {
+    /// The pool's name.
+    pub pool: String,
+    /// The level, if named.
+    pub level: Option<String>,
+    /// Shares of each flow within the level.
+    pub weight: u32,
 }
 
 impl Route {
@@ -274,6 +314,11 @@ impl Route {
             policies: policies.into(),
             key: spec.key.clone(),
             index,
+            pool: spec.pool.as_ref().map(|pool| RoutePool {
+                pool: pool.clone(),
+                level: spec.level.clone(),
+                weight: spec.weight.unwrap_or(1),
+            }),
         })
     }
 
@@ -304,6 +349,10 @@ impl Route {
     /// Its `RateLimit-Policy` header value (the `ietf` set), computed once.
     pub fn policy_field(&self) -> Option<&HeaderValue> {
         self.policy_field.as_ref()
+    }
+    /// The pool this route's requests pass through, if any.
+    pub fn pool(&self) -> Option<&RoutePool> {
+        self.pool.as_ref()
     }
     /// The route's position in the configuration.
     pub fn index(&self) -> usize {
