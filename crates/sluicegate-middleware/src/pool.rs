@@ -472,6 +472,39 @@ pub enum PoolBindError {
     DuplicatePool(String),
 }
 
+/// The level index a route's `level` and `weight` select in `pool` (the one rule, used by
+/// the server's configuration check too).
+pub fn resolve_level(
+    pool: &ValidPool,
+    route: &str,
+    wanted: &crate::RoutePool,
+) -> Result<usize, PoolBindError> {
+    let levels = &pool.spec().levels;
+    let level = match &wanted.level {
+        Some(level) => pool
+            .level_index(level)
+            .ok_or_else(|| PoolBindError::UnknownLevel {
+                route: route.to_owned(),
+                pool: wanted.pool.clone(),
+                level: level.clone(),
+            })?,
+        None if levels.len() == 1 => 0,
+        None => {
+            return Err(PoolBindError::LevelNeeded {
+                route: route.to_owned(),
+                pool: wanted.pool.clone(),
+            });
+        }
+    };
+    if wanted.weight == 0 || wanted.weight > sluicegate_throttle::spec::MAX_SHARES {
+        return Err(PoolBindError::Weight {
+            route: route.to_owned(),
+            weight: wanted.weight,
+        });
+    }
+    Ok(level)
+}
+
 /// A route's resolved pool: which pool, which level, what weight.
 #[derive(Debug, Clone)]
 pub(crate) struct PoolBinding {
@@ -497,31 +530,7 @@ impl PoolBinding {
                 route: path(),
                 pool: wanted.pool.clone(),
             })?;
-        let levels = &pool.spec().spec().levels;
-        let level = match &wanted.level {
-            Some(level) => {
-                pool.spec()
-                    .level_index(level)
-                    .ok_or_else(|| PoolBindError::UnknownLevel {
-                        route: path(),
-                        pool: wanted.pool.clone(),
-                        level: level.clone(),
-                    })?
-            }
-            None if levels.len() == 1 => 0,
-            None => {
-                return Err(PoolBindError::LevelNeeded {
-                    route: path(),
-                    pool: wanted.pool.clone(),
-                });
-            }
-        };
-        if wanted.weight == 0 || wanted.weight > sluicegate_throttle::spec::MAX_SHARES {
-            return Err(PoolBindError::Weight {
-                route: path(),
-                weight: wanted.weight,
-            });
-        }
+        let level = resolve_level(pool.spec(), route.path(), wanted)?;
         Ok(Some(PoolBinding {
             pool: Arc::clone(pool),
             level,

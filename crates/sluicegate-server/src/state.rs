@@ -3,11 +3,11 @@
 //! they started with).
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use arc_swap::ArcSwap;
 use sluicegate_core::{MemoryStore, Policy, Store, VerdictObserver};
-use sluicegate_middleware::{ClientIdentity, HeaderSet, RateLimiter, RouteTable};
+use sluicegate_middleware::{ClientIdentity, HeaderSet, Pool, RateLimiter, RouteTable};
 
 use crate::config::Config;
 
@@ -20,6 +20,8 @@ pub struct Runtime {
     pub header_sets: Vec<HeaderSet>,
     /// The engine that forward-auth and the gateway decide requests with.
     pub limiter: Arc<RateLimiter>,
+    /// The `[[pools]]` the routes send requests through.
+    pub pools: Vec<Arc<Pool>>,
     by_name: HashMap<String, Arc<Policy>>,
 }
 
@@ -29,6 +31,7 @@ impl Runtime {
         config: Config,
         store: Arc<dyn Store>,
         observer: Arc<dyn VerdictObserver>,
+        registry: &PoolRegistry,
     ) -> Result<Self, String> {
         let by_name: HashMap<String, Arc<Policy>> = config
             .policies
@@ -42,11 +45,15 @@ impl Runtime {
             config.server.ipv6_prefix,
         );
         let header_sets = config.server.headers.clone();
-        let limiter = RateLimiter::new(store, routes, identity, header_sets.clone(), observer);
+        let pools = registry.pools(&config.pools);
+        let limiter = RateLimiter::new(store, routes, identity, header_sets.clone(), observer)
+            .with_pools(&pools)
+            .map_err(|e| e.to_string())?;
         Ok(Runtime {
             config,
             header_sets,
             limiter: Arc::new(limiter),
+            pools,
             by_name,
         })
     }
@@ -54,6 +61,33 @@ impl Runtime {
     /// A loaded policy by name.
     pub fn policy(&self, name: &str) -> Option<&Arc<Policy>> {
         self.by_name.get(name)
+    }
+}
+
+/// The pools of the running configuration, kept across reloads: a pool whose table is
+/// unchanged is the same pool afterwards (its slots, queue and adaptive limit carry on);
+/// a changed one starts afresh (requests holding the old one's slots finish there).
+#[derive(Debug, Clone, Default)]
+pub struct PoolRegistry {
+    pools: Arc<Mutex<HashMap<String, Arc<Pool>>>>,
+}
+
+impl PoolRegistry {
+    /// The pools for `specs`, reusing unchanged ones; forgets the others.
+    pub fn pools(&self, specs: &[sluicegate_throttle::ValidPool]) -> Vec<Arc<Pool>> {
+        let mut known = self.pools.lock().unwrap_or_else(PoisonError::into_inner);
+        let pools: Vec<Arc<Pool>> = specs
+            .iter()
+            .map(|spec| match known.get(spec.name()) {
+                Some(pool) if pool.spec() == spec => Arc::clone(pool),
+                _ => Pool::new(spec.clone()),
+            })
+            .collect();
+        *known = pools
+            .iter()
+            .map(|p| (p.name().to_owned(), Arc::clone(p)))
+            .collect();
+        pools
     }
 }
 
@@ -69,6 +103,8 @@ pub struct AppState {
     pub observer: Arc<dyn VerdictObserver>,
     /// The compiled Envoy rules (`[envoy]`), swapped by `crate::envoy` on changes.
     pub envoy: sluicegate_envoy::SharedConfig,
+    /// Pools by name, kept across reloads.
+    pub pools: PoolRegistry,
 }
 
 impl AppState {
@@ -79,13 +115,15 @@ impl AppState {
         memory: Option<Arc<MemoryStore>>,
         observer: Arc<dyn VerdictObserver>,
     ) -> Result<Self, String> {
-        let runtime = Runtime::new(config, Arc::clone(&store), Arc::clone(&observer))?;
+        let pools = PoolRegistry::default();
+        let runtime = Runtime::new(config, Arc::clone(&store), Arc::clone(&observer), &pools)?;
         Ok(AppState {
             runtime: Arc::new(ArcSwap::from_pointee(runtime)),
             store,
             memory,
             observer,
             envoy: sluicegate_envoy::SharedConfig::default(),
+            pools,
         })
     }
 
@@ -97,7 +135,12 @@ impl AppState {
     /// Installs a new configuration. Unchanged policies keep their state (the memory store
     /// keys its tables by the policy's full definition); removed or changed ones are dropped.
     pub fn apply(&self, config: Config) -> Result<(), String> {
-        let runtime = Runtime::new(config, Arc::clone(&self.store), Arc::clone(&self.observer))?;
+        let runtime = Runtime::new(
+            config,
+            Arc::clone(&self.store),
+            Arc::clone(&self.observer),
+            &self.pools,
+        )?;
         self.runtime.store(Arc::new(runtime));
         self.prune();
         Ok(())

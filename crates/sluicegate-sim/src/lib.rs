@@ -29,6 +29,7 @@ pub mod engine;
 mod error;
 pub mod memory;
 pub mod pattern;
+pub mod pool;
 pub mod report;
 pub mod trace;
 mod traffic;

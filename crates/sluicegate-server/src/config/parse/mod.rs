@@ -23,10 +23,13 @@ use super::{
 };
 
 mod policies;
+mod pools;
 mod routes;
 mod sections;
 
-const TOP: &[&str] = &["server", "store", "policies", "routes", "gateway", "envoy"];
+const TOP: &[&str] = &[
+    "server", "store", "policies", "routes", "pools", "gateway", "envoy",
+];
 const SERVER: &[&str] = &[
     "listen",
     "trusted_proxies",
@@ -53,7 +56,18 @@ const POLICY: &[&str] = &[
     "max_delay",
     "on_store_error",
 ];
-const ROUTE: &[&str] = &["path", "methods", "headers", "policies", "key"];
+const ROUTE: &[&str] = &[
+    "path", "methods", "headers", "policies", "key", "pool", "level", "weight",
+];
+const POOL: &[&str] = &[
+    "name",
+    "concurrency",
+    "min_concurrency",
+    "max_concurrency",
+    "queue",
+    "max_wait",
+    "levels",
+];
 const GATEWAY: &[&str] = &["listen", "upstream"];
 const ENVOY: &[&str] = &["listen", "config", "algorithm", "rules"];
 
@@ -81,7 +95,8 @@ pub(super) fn parse(text: &str, path: &Path) -> Result<Config, Diagnostics> {
     let store = r.section(&root, "store").map(|(t, _)| t);
     let store = r.store(store);
     let policies = r.policies(root.get("policies"));
-    let routes = r.routes(root.get("routes"), &policies, root_span.clone());
+    let pools = r.pools(root.get("pools"));
+    let routes = r.routes(root.get("routes"), &policies, &pools, root_span.clone());
     let gateway = r
         .section(&root, "gateway")
         .and_then(|(t, s)| r.gateway(t, s));
@@ -98,6 +113,7 @@ pub(super) fn parse(text: &str, path: &Path) -> Result<Config, Diagnostics> {
             store,
             policies: policies.into_iter().map(|(p, _)| p).collect(),
             routes,
+            pools,
             gateway,
             envoy,
         }),
