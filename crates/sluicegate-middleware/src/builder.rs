@@ -7,6 +7,7 @@ use std::time::Duration;
 use ipnet::IpNet;
 use sluicegate_core::{NoObserver, Policy, PolicyError, PolicySpec, Store, VerdictObserver};
 
+use crate::access::AccessList;
 use crate::headers::HeaderSet;
 use crate::identity::{ClientIdentity, KeyExtractor, RouteKey};
 use crate::limiter::RateLimiter;
@@ -65,6 +66,7 @@ pub struct RateLimiterBuilder {
     extractor: Arc<dyn KeyExtractor>,
     store_timeout: Option<Duration>,
     pools: Vec<Arc<crate::Pool>>,
+    access: AccessList,
 }
 
 impl RateLimiterBuilder {
@@ -81,6 +83,7 @@ impl RateLimiterBuilder {
             extractor: Arc::new(RouteKey),
             store_timeout: None,
             pools: Vec::new(),
+            access: AccessList::default(),
         }
     }
 
@@ -138,6 +141,12 @@ impl RateLimiterBuilder {
         self
     }
 
+    /// Clients never limited (`allow`) and always refused with 403 (`deny`), on every route.
+    pub fn access(mut self, allow: Vec<IpNet>, deny: Vec<IpNet>) -> Self {
+        self.access = AccessList::new(allow, deny);
+        self
+    }
+
     /// Which rate-limit header sets to send (default `draft-6` and `ietf`).
     pub fn headers(mut self, sets: &[HeaderSet]) -> Self {
         self.header_sets = sets.to_vec();
@@ -182,6 +191,7 @@ impl RateLimiterBuilder {
         )
         .with_key_extractor(self.extractor)
         .with_store_timeout(self.store_timeout)
+        .with_access(self.access)
         .with_pools(&self.pools)?)
     }
 }

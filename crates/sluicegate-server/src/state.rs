@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use arc_swap::ArcSwap;
 use sluicegate_core::{MemoryStore, Policy, Store, VerdictObserver};
-use sluicegate_middleware::{ClientIdentity, HeaderSet, Pool, RateLimiter, RouteTable};
+use sluicegate_middleware::{AccessList, ClientIdentity, HeaderSet, Pool, RateLimiter, RouteTable};
 
 use crate::config::Config;
 
@@ -46,7 +46,9 @@ impl Runtime {
         );
         let header_sets = config.server.headers.clone();
         let pools = registry.pools(&config.pools);
+        let access = AccessList::new(config.server.allow.clone(), config.server.deny.clone());
         let limiter = RateLimiter::new(store, routes, identity, header_sets.clone(), observer)
+            .with_access(access)
             .with_pools(&pools)
             .map_err(|e| e.to_string())?;
         Ok(Runtime {

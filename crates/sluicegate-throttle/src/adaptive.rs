@@ -96,9 +96,7 @@ impl AdaptiveLimit {
         self.count = 0;
         self.saturated = false;
         let floor = match self.floor {
-            Some(floor) if rtt >= floor && self.limit == self.min => {
-                floor + (rtt - floor) / DRIFT
-            }
+            Some(floor) if rtt >= floor && self.limit == self.min => floor + (rtt - floor) / DRIFT,
             Some(floor) if rtt >= floor => floor,
             _ => rtt,
         };

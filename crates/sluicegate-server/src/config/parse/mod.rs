@@ -37,6 +37,8 @@ const SERVER: &[&str] = &[
     "admin_token",
     "headers",
     "forward_auth_deny_status",
+    "allow",
+    "deny",
 ];
 const STORE: &[&str] = &[
     "backend",
@@ -57,7 +59,7 @@ const POLICY: &[&str] = &[
     "on_store_error",
 ];
 const ROUTE: &[&str] = &[
-    "path", "methods", "headers", "policies", "key", "pool", "level", "weight",
+    "path", "methods", "headers", "policies", "key", "allow", "deny", "pool", "level", "weight",
 ];
 const POOL: &[&str] = &[
     "name",

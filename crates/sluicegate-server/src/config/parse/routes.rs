@@ -122,7 +122,7 @@ impl Reader<'_> {
                 Err(_) => self.c.error(
                     text.span(),
                     format!(
-                        "invalid key {:?}; expected ip, global or header:<name>",
+                        "invalid key {:?}; expected ip, global, header:<name>, query:<name>, cookie:<name>, or up to 8 of ip/header/query/cookie joined by + (e.g. \"ip+header:x-api-key\")",
                         text.get_ref()
                     ),
                 ),
@@ -130,6 +130,8 @@ impl Reader<'_> {
         }
         let route_path = path.as_ref().map_or(String::new(), |p| p.get_ref().clone());
         let (pool, level, weight) = self.route_pool(t, &route_path, pools);
+        let allow = self.cidrs(t, "allow", what).unwrap_or_default();
+        let deny = self.cidrs(t, "deny", what).unwrap_or_default();
         if self.c_len() > before
             || names
                 .iter()
@@ -146,6 +148,8 @@ impl Reader<'_> {
             pool,
             level,
             weight,
+            allow,
+            deny,
         };
         // The middleware has the last word on what a route is.
         let lookup = |name: &str| {
