@@ -32,6 +32,8 @@ pub const REJECTIONS: &str = "sluicegate_pool_rejections_total";
 pub const CANCELLED: &str = "sluicegate_pool_cancelled_total";
 /// `sluicegate_pool_limit{pool}`: the current concurrency (moves when adaptive).
 pub const LIMIT: &str = "sluicegate_pool_limit";
+/// `sluicegate_pool_latency_floor_seconds{pool}`: the adaptive limit's latency floor.
+pub const FLOOR: &str = "sluicegate_pool_latency_floor_seconds";
 
 /// A pool shared by every request of the routes that name it (and every gateway worker).
 pub struct Pool {
@@ -40,6 +42,7 @@ pub struct Pool {
     inner: Mutex<Inner>,
     metrics: Vec<LevelMetrics>,
     limit_gauge: Gauge,
+    floor_gauge: Gauge,
 }
 
 struct Inner {
@@ -157,7 +160,8 @@ impl Pool {
             .collect();
         let scheduler = Scheduler::new(&spec);
         let pool = Pool {
-            limit_gauge: metrics::gauge!(LIMIT, "pool" => name),
+            limit_gauge: metrics::gauge!(LIMIT, "pool" => name.clone()),
+            floor_gauge: metrics::gauge!(FLOOR, "pool" => name),
             spec,
             origin: Instant::now(),
             inner: Mutex::new(Inner {
@@ -310,6 +314,9 @@ impl Pool {
             m.queued.set(stats.queued as f64);
         }
         self.limit_gauge.set(f64::from(scheduler.limit()));
+        if let Some(floor) = scheduler.adaptive().and_then(|a| a.floor()) {
+            self.floor_gauge.set(floor as f64 / 1e6);
+        }
     }
 
     fn micros(&self, at: Instant) -> u64 {
