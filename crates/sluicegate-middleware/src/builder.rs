@@ -5,12 +5,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ipnet::IpNet;
-use sluicegate_core::{NoObserver, Policy, PolicyError, PolicySpec, Store, VerdictObserver};
+use sluicegate_core::{
+    Decider, NoObserver, Policy, PolicyError, PolicySpec, Store, VerdictObserver,
+};
 
 use crate::access::AccessList;
 use crate::headers::HeaderSet;
-use crate::identity::{ClientIdentity, KeyExtractor, RouteKey};
-use crate::limiter::RateLimiter;
+use crate::identity::{ClientIdentity, ClientIpHeader, KeyExtractor, RouteKey};
+use crate::limiter::{RateLimiter, TokioTimer};
 use crate::route::{RouteError, RouteSpec, RouteTable};
 
 /// Why a [`RateLimiterBuilder`] could not build.
@@ -135,6 +137,12 @@ impl RateLimiterBuilder {
         self
     }
 
+    /// The one header trusted proxies name the client in (default `X-Forwarded-For`).
+    pub fn client_ip_header(mut self, header: ClientIpHeader) -> Self {
+        self.identity.header = header;
+        self
+    }
+
     /// The whole client identity at once.
     pub fn identity(mut self, identity: ClientIdentity) -> Self {
         self.identity = identity;
@@ -182,16 +190,14 @@ impl RateLimiterBuilder {
             policies.insert(policy.name().to_owned(), Arc::new(policy));
         }
         let routes = RouteTable::new(&self.routes, |name| policies.get(name).cloned())?;
-        Ok(RateLimiter::new(
-            self.store,
-            routes,
-            self.identity,
-            self.header_sets,
-            self.observer,
+        let decider = Decider::new(self.store)
+            .with_observer(self.observer)
+            .with_timeout(self.store_timeout, Arc::new(TokioTimer));
+        Ok(
+            RateLimiter::new(decider, routes, self.identity, self.header_sets)
+                .with_key_extractor(self.extractor)
+                .with_access(self.access)
+                .with_pools(&self.pools)?,
         )
-        .with_key_extractor(self.extractor)
-        .with_store_timeout(self.store_timeout)
-        .with_access(self.access)
-        .with_pools(&self.pools)?)
     }
 }

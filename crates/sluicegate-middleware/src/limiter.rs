@@ -4,14 +4,16 @@
 
 use std::net::IpAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, Method, Response, StatusCode};
 use http_body_util::Full;
-use sluicegate_core::store::MAX_KEY_LEN;
-use sluicegate_core::{CheckRequest, Outcome, Policy, Store, StoreError, Verdict, VerdictObserver};
+use sluicegate_core::store::check_key;
+use sluicegate_core::{
+    BoxFuture, CheckRequest, Decider, Outcome, Policy, Store, StoreError, Timer, Verdict,
+};
 
 use crate::access::{ACCESS_TOTAL, Access, AccessList};
 use crate::builder::RateLimiterBuilder;
@@ -52,27 +54,99 @@ use crate::route::{Route, RouteTable};
 /// # Ok(()) }
 /// ```
 pub struct RateLimiter {
-    store: Arc<dyn Store>,
+    decider: Decider,
     routes: RouteTable,
     identity: ClientIdentity,
     header_sets: Arc<[HeaderSet]>,
-    observer: Arc<dyn VerdictObserver>,
     extractor: Arc<dyn KeyExtractor>,
-    store_timeout: Option<Duration>,
     last_store_warning: AtomicU64,
     /// Each route's pool, by route index.
     pools: Vec<Option<PoolBinding>>,
     access: AccessList,
+    wait_queue: Option<Arc<WaitQueue>>,
+}
+
+/// Bounds how many delayed requests wait for their slot at once (`server.max_waiting`):
+/// each one holds a connection and a task, so an unbounded queue is a way to exhaust the
+/// server. A request that would wait beyond the bound is rejected at once (429, its slot
+/// given back), like nginx `limit_req` when its burst queue is full.
+///
+/// Shared by every limiter built from one configuration and its reloads, so requests
+/// already waiting keep counting after a reload.
+#[derive(Debug)]
+pub struct WaitQueue {
+    max: AtomicUsize,
+    waiting: AtomicUsize,
+}
+
+impl WaitQueue {
+    /// A queue of at most `max` waiting requests.
+    pub fn new(max: usize) -> Arc<WaitQueue> {
+        Arc::new(WaitQueue {
+            max: AtomicUsize::new(max),
+            waiting: AtomicUsize::new(0),
+        })
+    }
+    /// Changes the bound (on reload); requests already waiting are not affected.
+    pub fn set_max(&self, max: usize) {
+        self.max.store(max, Ordering::Relaxed);
+    }
+    /// Requests waiting now.
+    pub fn waiting(&self) -> usize {
+        self.waiting.load(Ordering::Relaxed)
+    }
+    fn try_enter(self: &Arc<Self>) -> Option<Arc<WaitSlot>> {
+        let max = self.max.load(Ordering::Relaxed);
+        self.waiting
+            .fetch_update(Ordering::AcqRel, Ordering::Relaxed, |n| {
+                (n < max).then_some(n + 1)
+            })
+            .ok()?;
+        Some(Arc::new(WaitSlot {
+            queue: Arc::clone(self),
+            held: AtomicBool::new(true),
+        }))
+    }
+}
+
+/// One place in a [`WaitQueue`], given back after the wait (or when dropped).
+#[derive(Debug)]
+struct WaitSlot {
+    queue: Arc<WaitQueue>,
+    held: AtomicBool,
+}
+
+impl WaitSlot {
+    fn release(&self) {
+        if self.held.swap(false, Ordering::AcqRel) {
+            self.queue.waiting.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+}
+
+impl Drop for WaitSlot {
+    fn drop(&mut self) {
+        self.release();
+    }
+}
+
+/// [`Timer`] on the tokio runtime, for [`Decider::with_timeout`].
+#[derive(Debug, Clone, Copy, Default)]
+pub struct TokioTimer;
+
+impl Timer for TokioTimer {
+    fn sleep(&self, duration: Duration) -> BoxFuture<'static, ()> {
+        Box::pin(tokio::time::sleep(duration))
+    }
 }
 
 impl std::fmt::Debug for RateLimiter {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RateLimiter")
-            .field("store", &self.store.kind())
+            .field("decider", &self.decider)
             .field("routes", &self.routes)
             .field("identity", &self.identity)
             .field("header_sets", &self.header_sets)
-            .field("store_timeout", &self.store_timeout)
             .finish_non_exhaustive()
     }
 }
@@ -83,24 +157,23 @@ impl RateLimiter {
         RateLimiterBuilder::new(store)
     }
 
-    /// A limiter from parts that are already validated (the server's configuration).
+    /// A limiter from parts that are already validated (the server's configuration),
+    /// deciding through `decider` (its store, timeout and observer).
     pub fn new(
-        store: Arc<dyn Store>,
+        decider: Decider,
         routes: RouteTable,
         identity: ClientIdentity,
         header_sets: Vec<HeaderSet>,
-        observer: Arc<dyn VerdictObserver>,
     ) -> RateLimiter {
         RateLimiter {
-            store,
+            decider,
             routes,
             identity,
             header_sets: header_sets.into(),
-            observer,
             extractor: Arc::new(RouteKey),
-            store_timeout: None,
             last_store_warning: AtomicU64::new(0),
             pools: Vec::new(),
+            wait_queue: None,
             access: AccessList::default(),
         }
     }
@@ -116,16 +189,15 @@ impl RateLimiter {
         &self.access
     }
 
-    /// Replaces the key extractor (default: [`RouteKey`], the route's `key`).
-    pub fn with_key_extractor(mut self, extractor: Arc<dyn KeyExtractor>) -> RateLimiter {
-        self.extractor = extractor;
+    /// Bounds the delayed requests waiting at once (default: no bound).
+    pub fn with_wait_queue(mut self, queue: Arc<WaitQueue>) -> RateLimiter {
+        self.wait_queue = Some(queue);
         self
     }
 
-    /// Bounds every store call; past it, `on_store_error` decides. Stores with their own
-    /// timeout (Redis) do not need this.
-    pub fn with_store_timeout(mut self, timeout: Option<Duration>) -> RateLimiter {
-        self.store_timeout = timeout;
+    /// Replaces the key extractor (default: [`RouteKey`], the route's `key`).
+    pub fn with_key_extractor(mut self, extractor: Arc<dyn KeyExtractor>) -> RateLimiter {
+        self.extractor = extractor;
         self
     }
 
@@ -149,7 +221,7 @@ impl RateLimiter {
 
     /// The store.
     pub fn store(&self) -> &Arc<dyn Store> {
-        &self.store
+        self.decider.store()
     }
     /// The routes.
     pub fn routes(&self) -> &RouteTable {
@@ -183,7 +255,9 @@ impl RateLimiter {
             Some((path, query)) => (path, Some(query)),
             None => (target, None),
         };
-        let route = self.routes.find(method, path, headers);
+        // One normal form for routes and key extractors alike (see `crate::path`).
+        let path = crate::path::normalize_path(path);
+        let route = self.routes.find(method, &path, headers);
         let addr = self.identity.client_addr(peer, headers);
         match self.access.judge(addr, route.and_then(Route::access)) {
             Access::Limited => {}
@@ -200,7 +274,7 @@ impl RateLimiter {
         let client_ip = self.identity.mask(addr);
         let context = KeyContext {
             method,
-            path,
+            path: &path,
             query,
             headers,
             peer,
@@ -208,7 +282,7 @@ impl RateLimiter {
             identity: &self.identity,
         };
         let mut key = self.extractor.key(route, &context)?;
-        if key.is_empty() || key.len() > MAX_KEY_LEN {
+        if check_key(&key).is_err() {
             key = self.identity.ip_key(client_ip);
         }
         Some(self.check_key(route, key).await)
@@ -225,8 +299,9 @@ impl RateLimiter {
             key: self.identity.ip_key(self.identity.mask(addr)),
             route_path: route.map_or_else(|| Arc::from(""), |r| Arc::clone(r.path_arc())),
             policy_field: None,
-            store: Arc::clone(&self.store),
+            store: Arc::clone(self.decider.store()),
             header_sets: Arc::clone(&self.header_sets),
+            wait_slot: None,
             forbidden: true,
             pool: None,
         }
@@ -237,25 +312,33 @@ impl RateLimiter {
     pub async fn check_key(&self, route: &Route, key: String) -> RateLimitDecision {
         let policies = route.policies();
         let request = CheckRequest::new(policies, &key, COST);
-        let result = match self.store_timeout {
-            Some(limit) => tokio::time::timeout(limit, self.store.check(request))
-                .await
-                .unwrap_or(Err(StoreError::Timeout)),
-            None => self.store.check(request).await,
-        };
-        let verdict = match result {
-            Ok(verdict) => verdict,
-            Err(error) => {
-                self.warn_store_error(&error);
-                Verdict::store_failed(policies)
+        // The caller's mistakes (a key the stores refuse) are answered like a store failure:
+        // an HTTP client must never see a 500 for them.
+        let decided = self.decider.check(request).await.unwrap_or_else(|error| {
+            let decided = sluicegate_core::Decided {
+                verdict: Verdict::store_failed(policies),
+                failure: Some(error),
+            };
+            self.decider.observe(&key, &decided.verdict);
+            decided
+        });
+        if let Some(error) = &decided.failure {
+            self.warn_store_error(error);
+        }
+        let mut verdict = decided.verdict;
+        let mut wait_slot = None;
+        if verdict.allowed && verdict.delay > 0 {
+            match self.wait_queue.as_ref().map(WaitQueue::try_enter) {
+                Some(None) => self.reject_queue_full(&mut verdict, &key).await,
+                Some(slot) => wait_slot = slot,
+                None => {}
             }
-        };
-        self.observer.observe(&key, &verdict);
+        }
         for d in &verdict.decisions {
             if d.outcome == Outcome::ShadowDenied {
                 tracing::info!(
                     policy = d.policy.name(),
-                    key = %key,
+                    key = %crate::identity::key_hint(&key),
                     route = route.path(),
                     "shadow mode: request would have been rejected"
                 );
@@ -267,10 +350,35 @@ impl RateLimiter {
             key,
             route_path: Arc::clone(route.path_arc()),
             policy_field: route.policy_field().cloned(),
-            store: Arc::clone(&self.store),
+            store: Arc::clone(self.decider.store()),
             header_sets: Arc::clone(&self.header_sets),
+            wait_slot,
             forbidden: false,
         }
+    }
+
+    /// The wait queue is full: give back what the request took and deny it, with the wait
+    /// it would have had as its `retry_after`.
+    async fn reject_queue_full(&self, verdict: &mut Verdict, key: &str) {
+        let consumed: Vec<Arc<Policy>> = verdict
+            .decisions
+            .iter()
+            .filter(|d| d.decision.allowed)
+            .map(|d| Arc::clone(&d.policy))
+            .collect();
+        if let Err(error) = self.decider.store().refund(&consumed, key, COST).await {
+            tracing::debug!(%error, "could not give back the slot of a request refused by max_waiting");
+        }
+        for d in &mut verdict.decisions {
+            if d.decision.delay > 0 {
+                d.decision.allowed = false;
+                d.decision.retry_after = Some(d.decision.delay.max(1));
+                d.decision.delay = 0;
+                d.outcome = Outcome::Denied;
+            }
+        }
+        verdict.allowed = false;
+        verdict.delay = 0;
     }
 
     /// One warning a second at most: a dead store must not flood the log.
@@ -284,7 +392,7 @@ impl RateLimiter {
                 .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
                 .is_ok()
         {
-            tracing::warn!(store = self.store.kind(), %error, "rate-limit store failed; on_store_error applies");
+            tracing::warn!(store = self.decider.store().kind(), %error, "rate-limit store failed; on_store_error applies");
         }
     }
 }
@@ -306,6 +414,7 @@ pub struct RateLimitDecision {
     store: Arc<dyn Store>,
     header_sets: Arc<[HeaderSet]>,
     pool: Option<PoolBinding>,
+    wait_slot: Option<Arc<WaitSlot>>,
     forbidden: bool,
 }
 
@@ -411,6 +520,9 @@ impl RateLimitDecision {
         };
         tokio::time::sleep(self.delay()).await;
         guard.refund = None;
+        if let Some(slot) = &self.wait_slot {
+            slot.release();
+        }
     }
 }
 
@@ -440,7 +552,7 @@ impl Drop for RefundGuard {
         };
         runtime.spawn(async move {
             if let Err(error) = store.refund(&policies, &key, 1).await {
-                tracing::debug!(%error, key = %key, "could not refund a cancelled delayed request");
+                tracing::debug!(%error, key = %crate::identity::key_hint(&key), "could not refund a cancelled delayed request");
             }
         });
     }

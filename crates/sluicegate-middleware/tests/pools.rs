@@ -2,8 +2,6 @@
 //! sees and holds every request until the test lets it go, so nothing here depends on
 //! timing — the test polls the counts it waits for.
 
-mod common;
-
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -27,7 +25,7 @@ struct Upstream {
 
 async fn serve(pool: Arc<Pool>) -> (String, Arc<Upstream>) {
     let limiter = RateLimiter::builder(Arc::new(MemoryStore::new(10_000)))
-        .policy(common::policy(
+        .policy(sluicegate_testkit::policy(
             "open",
             AlgorithmKind::TokenBucket,
             1_000_000,

@@ -9,9 +9,9 @@ use sluicegate_middleware::MetricsObserver;
 /// `sluicegate_decisions_total{policy, outcome}`.
 pub const DECISIONS_TOTAL: &str = sluicegate_middleware::metrics::DECISIONS_TOTAL;
 /// `sluicegate_store_duration_seconds` (histogram).
-pub const STORE_DURATION: &str = "sluicegate_store_duration_seconds";
+pub const STORE_DURATION: &str = sluicegate_core::store::metric::STORE_DURATION;
 /// `sluicegate_store_errors_total`.
-pub const STORE_ERRORS: &str = "sluicegate_store_errors_total";
+pub const STORE_ERRORS: &str = sluicegate_core::store::metric::STORE_ERRORS;
 /// `sluicegate_tracked_keys` (memory store).
 pub const TRACKED_KEYS: &str = "sluicegate_tracked_keys";
 
@@ -51,6 +51,35 @@ pub fn install() -> Option<PrometheusHandle> {
             Some(handle)
         })
         .clone()
+}
+
+/// How often recorded histogram samples are folded into their buckets.
+///
+/// The exporter keeps every sample a histogram records until something drains it; only
+/// rendering `/metrics` did, so without a scraper memory grew with every request (about
+/// 18 bytes each). Draining on a timer keeps it flat whether or not anyone scrapes.
+pub const UPKEEP_INTERVAL: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Starts the thread that drains recorded samples every [`UPKEEP_INTERVAL`], once per
+/// process; `false` when no recorder of ours is installed. A thread of its own rather than
+/// a task: a runtime whose workers are all busy deciding must not starve it (that is
+/// exactly when samples pile up fastest).
+pub fn spawn_upkeep() -> bool {
+    static STARTED: OnceLock<bool> = OnceLock::new();
+    *STARTED.get_or_init(|| {
+        let Some(Some(handle)) = HANDLE.get().cloned() else {
+            return false;
+        };
+        std::thread::Builder::new()
+            .name("metrics-upkeep".to_owned())
+            .spawn(move || {
+                loop {
+                    std::thread::sleep(UPKEEP_INTERVAL);
+                    handle.run_upkeep();
+                }
+            })
+            .is_ok()
+    })
 }
 
 /// Renders the exposition text, refreshing the tracked-keys gauge first.

@@ -6,8 +6,10 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use arc_swap::ArcSwap;
-use sluicegate_core::{MemoryStore, Policy, Store, VerdictObserver};
-use sluicegate_middleware::{AccessList, ClientIdentity, HeaderSet, Pool, RateLimiter, RouteTable};
+use sluicegate_core::{Decider, MemoryStore, Policy, Store, VerdictObserver};
+use sluicegate_middleware::{
+    AccessList, ClientIdentity, HeaderSet, Pool, RateLimiter, RouteTable, WaitQueue,
+};
 
 use crate::config::Config;
 
@@ -26,11 +28,12 @@ pub struct Runtime {
 }
 
 impl Runtime {
-    /// Prepares a configuration over a store.
+    /// Prepares a configuration deciding through `decider`; delayed requests wait in
+    /// `wait_queue` (shared across reloads).
     pub fn new(
         config: Config,
-        store: Arc<dyn Store>,
-        observer: Arc<dyn VerdictObserver>,
+        decider: Decider,
+        wait_queue: &Arc<WaitQueue>,
         registry: &PoolRegistry,
     ) -> Result<Self, String> {
         let by_name: HashMap<String, Arc<Policy>> = config
@@ -43,12 +46,15 @@ impl Runtime {
         let identity = ClientIdentity::new(
             config.server.trusted_proxies.clone(),
             config.server.ipv6_prefix,
-        );
+        )
+        .with_header(config.server.client_ip_header);
         let header_sets = config.server.headers.clone();
+        wait_queue.set_max(config.server.max_waiting);
         let pools = registry.pools(&config.pools);
         let access = AccessList::new(config.server.allow.clone(), config.server.deny.clone());
-        let limiter = RateLimiter::new(store, routes, identity, header_sets.clone(), observer)
+        let limiter = RateLimiter::new(decider, routes, identity, header_sets.clone())
             .with_access(access)
+            .with_wait_queue(Arc::clone(wait_queue))
             .with_pools(&pools)
             .map_err(|e| e.to_string())?;
         Ok(Runtime {
@@ -103,8 +109,12 @@ pub struct AppState {
     memory: Option<Arc<MemoryStore>>,
     /// Sees every decided request (metrics, dashboard).
     pub observer: Arc<dyn VerdictObserver>,
+    /// The store with its observer: the one decision path of every endpoint.
+    pub decider: Decider,
     /// The compiled Envoy rules (`[envoy]`), swapped by `crate::envoy` on changes.
     pub envoy: sluicegate_envoy::SharedConfig,
+    /// Delayed requests waiting at once (`server.max_waiting`), across reloads.
+    pub wait_queue: Arc<WaitQueue>,
     /// Pools by name, kept across reloads.
     pub pools: PoolRegistry,
 }
@@ -117,13 +127,17 @@ impl AppState {
         memory: Option<Arc<MemoryStore>>,
         observer: Arc<dyn VerdictObserver>,
     ) -> Result<Self, String> {
+        let decider = Decider::new(Arc::clone(&store)).with_observer(Arc::clone(&observer));
+        let wait_queue = WaitQueue::new(config.server.max_waiting);
         let pools = PoolRegistry::default();
-        let runtime = Runtime::new(config, Arc::clone(&store), Arc::clone(&observer), &pools)?;
+        let runtime = Runtime::new(config, decider.clone(), &wait_queue, &pools)?;
         Ok(AppState {
+            wait_queue,
             runtime: Arc::new(ArcSwap::from_pointee(runtime)),
             store,
             memory,
             observer,
+            decider,
             envoy: sluicegate_envoy::SharedConfig::default(),
             pools,
         })
@@ -137,12 +151,7 @@ impl AppState {
     /// Installs a new configuration. Unchanged policies keep their state (the memory store
     /// keys its tables by the policy's full definition); removed or changed ones are dropped.
     pub fn apply(&self, config: Config) -> Result<(), String> {
-        let runtime = Runtime::new(
-            config,
-            Arc::clone(&self.store),
-            Arc::clone(&self.observer),
-            &self.pools,
-        )?;
+        let runtime = Runtime::new(config, self.decider.clone(), &self.wait_queue, &self.pools)?;
         self.runtime.store(Arc::new(runtime));
         self.prune();
         Ok(())

@@ -3,8 +3,6 @@
 //! on those counts or on ordering measured at the upstream, with bounds derived from the
 //! configuration; waits poll the counts, never a fixed sleep.
 
-mod common;
-
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -15,7 +13,7 @@ use axum::Router;
 use axum::extract::Request;
 use axum::http::HeaderValue;
 use axum::response::Response;
-use common::{Server, write};
+use sluicegate_testkit::{Sluicegate, sluicegate_bin, write};
 
 /// Counts of one route's requests at the upstream.
 #[derive(Debug, Default, Clone, Copy)]
@@ -100,17 +98,20 @@ limit = 1000000
 period = "1s"
 "#;
 
-fn start(dir: &std::path::Path, up: SocketAddr, config: &str) -> Server {
+fn start(dir: &std::path::Path, up: SocketAddr, config: &str) -> Sluicegate {
     let path = write(dir, "pools.toml", &format!("{POLICY}\n{config}"));
     let upstream = format!("http://{up}");
-    Server::start(&[
-        "--config",
-        path.to_str().unwrap(),
-        "--gateway-listen",
-        "127.0.0.1:0",
-        "--upstream",
-        &upstream,
-    ])
+    Sluicegate::start(
+        sluicegate_bin!(),
+        &[
+            "--config",
+            path.to_str().unwrap(),
+            "--gateway-listen",
+            "127.0.0.1:0",
+            "--upstream",
+            &upstream,
+        ],
+    )
 }
 
 /// Keeps `n` requests of `client` in flight to `url` until `stop`; counts the answers.

@@ -50,14 +50,16 @@ pub async fn delete_limit(
         .policy(&policy)
         .cloned()
         .ok_or_else(|| ApiError::unknown_policy(&policy))?;
-    if key.is_empty() || key.len() > sluicegate_core::store::MAX_KEY_LEN {
-        return Err(ApiError::invalid("key must be 1 to 1024 bytes"));
-    }
+    sluicegate_core::store::check_key(&key).map_err(|e| ApiError::from_store(&e))?;
     state
         .store
         .reset(&policy, &key)
         .await
         .map_err(|e| ApiError::from_store(&e))?;
-    tracing::info!(policy = policy.name(), key = %key, "key reset by admin");
+    tracing::info!(
+        policy = policy.name(),
+        key = %sluicegate_middleware::identity::key_hint(&key),
+        "key reset by admin"
+    );
     Ok(StatusCode::NO_CONTENT.into_response())
 }

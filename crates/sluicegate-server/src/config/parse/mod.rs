@@ -12,14 +12,15 @@ use ipnet::IpNet;
 use serde::de::{DeserializeOwned, IntoDeserializer};
 use sluicegate_core::spec::parse_duration;
 use sluicegate_core::{AlgorithmKind, Mode, OnStoreError, Policy, PolicyError, PolicySpec};
-use sluicegate_middleware::{HeaderSet, KeySpec, RouteSpec, RouteTable};
+use sluicegate_middleware::{ClientIpHeader, HeaderSet, KeySpec, RouteSpec, RouteTable};
 use toml::Spanned;
 use toml::de::{DeTable, DeValue};
 
 use super::diagnostic::Collector;
 use super::{
-    Backend, Config, DEFAULT_MAX_KEYS, Diagnostics, EnvoyConfig, GatewayConfig, ServerConfig,
-    StoreConfig,
+    Backend, Config, ConnectionLimits, DEFAULT_MAX_KEYS, DEFAULT_MAX_WAITING,
+    DEFAULT_UPSTREAM_TIMEOUT, Diagnostics, EnvoyConfig, ForwardAuthSource, GatewayConfig,
+    ServerConfig, StoreConfig,
 };
 
 mod policies;
@@ -37,6 +38,13 @@ const SERVER: &[&str] = &[
     "admin_token",
     "headers",
     "forward_auth_deny_status",
+    "client_ip_header",
+    "forward_auth_source",
+    "api_token",
+    "header_read_timeout",
+    "idle_timeout",
+    "max_connections",
+    "max_waiting",
     "allow",
     "deny",
 ];
@@ -59,7 +67,17 @@ const POLICY: &[&str] = &[
     "on_store_error",
 ];
 const ROUTE: &[&str] = &[
-    "path", "methods", "headers", "policies", "key", "allow", "deny", "pool", "level", "weight",
+    "path",
+    "methods",
+    "headers",
+    "policies",
+    "key",
+    "case_insensitive",
+    "allow",
+    "deny",
+    "pool",
+    "level",
+    "weight",
 ];
 const POOL: &[&str] = &[
     "name",
@@ -70,7 +88,7 @@ const POOL: &[&str] = &[
     "max_wait",
     "levels",
 ];
-const GATEWAY: &[&str] = &["listen", "upstream"];
+const GATEWAY: &[&str] = &["listen", "upstream", "upstream_timeout"];
 const ENVOY: &[&str] = &["listen", "config", "algorithm", "rules"];
 
 type Value<'i> = Spanned<DeValue<'i>>;
