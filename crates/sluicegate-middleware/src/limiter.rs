@@ -313,10 +313,16 @@ impl RateLimiter {
         let policies = route.policies();
         let request = CheckRequest::new(policies, &key, COST);
         // The caller's mistakes (a key the stores refuse) are answered like a store failure:
-        // an HTTP client must never see a 500 for them.
+        // an HTTP client must never see a 500 for them. Errors of the configuration or the
+        // code fail closed (`Verdict::store_error`): they must never open the gate.
         let decided = self.decider.check(request).await.unwrap_or_else(|error| {
+            let verdict = if error.is_bad_request() {
+                Verdict::store_failed(policies)
+            } else {
+                Verdict::store_error(policies, &error)
+            };
             let decided = sluicegate_core::Decided {
-                verdict: Verdict::store_failed(policies),
+                verdict,
                 failure: Some(error),
             };
             self.decider.observe(&key, &decided.verdict);
@@ -392,7 +398,11 @@ impl RateLimiter {
                 .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
                 .is_ok()
         {
-            tracing::warn!(store = self.decider.store().kind(), %error, "rate-limit store failed; on_store_error applies");
+            if error.is_outage() {
+                tracing::warn!(store = self.decider.store().kind(), %error, "rate-limit store failed; on_store_error applies");
+            } else {
+                tracing::error!(store = self.decider.store().kind(), %error, "rate-limit store could not decide; failing closed");
+            }
         }
     }
 }

@@ -287,6 +287,12 @@ impl Config {
         {
             return Err("[store] backend = \"redis\" needs url or cluster (or --redis URL)".into());
         }
+        if self.store.backend == Backend::Redis {
+            // `--redis` may have switched a memory config to Redis after parsing.
+            for policy in &self.policies {
+                sluicegate_redis::check_policy(policy).map_err(|e| e.to_string())?;
+            }
+        }
         Ok(())
     }
 

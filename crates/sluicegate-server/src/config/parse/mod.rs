@@ -11,7 +11,9 @@ use std::time::Duration;
 use ipnet::IpNet;
 use serde::de::{DeserializeOwned, IntoDeserializer};
 use sluicegate_core::spec::parse_duration;
-use sluicegate_core::{AlgorithmKind, Mode, OnStoreError, Policy, PolicyError, PolicySpec};
+use sluicegate_core::{
+    AlgorithmKind, MAX_PERIOD, Mode, OnStoreError, Policy, PolicyError, PolicySpec,
+};
 use sluicegate_middleware::{ClientIpHeader, HeaderSet, KeySpec, RouteSpec, RouteTable};
 use toml::Spanned;
 use toml::de::{DeTable, DeValue};
@@ -65,6 +67,9 @@ const POLICY: &[&str] = &[
     "mode",
     "max_delay",
     "on_store_error",
+    "penalty",
+    "calendar",
+    "timezone",
 ];
 const ROUTE: &[&str] = &[
     "path",
@@ -89,7 +94,16 @@ const POOL: &[&str] = &[
     "levels",
 ];
 const GATEWAY: &[&str] = &["listen", "upstream", "upstream_timeout"];
-const ENVOY: &[&str] = &["listen", "config", "algorithm", "rules"];
+const ENVOY: &[&str] = &[
+    "listen",
+    "config",
+    "algorithm",
+    "merge_domains",
+    "shadow",
+    "quota",
+    "dynamic_metadata",
+    "rules",
+];
 
 type Value<'i> = Spanned<DeValue<'i>>;
 
@@ -115,6 +129,9 @@ pub(super) fn parse(text: &str, path: &Path) -> Result<Config, Diagnostics> {
     let store = r.section(&root, "store").map(|(t, _)| t);
     let store = r.store(store);
     let policies = r.policies(root.get("policies"));
+    if let Some(store) = &store {
+        r.store_can_decide(store, &policies);
+    }
     let pools = r.pools(root.get("pools"));
     let routes = r.routes(root.get("routes"), &policies, &pools, root_span.clone());
     let gateway = r
@@ -150,6 +167,20 @@ struct Reader<'t> {
 }
 
 impl Reader<'_> {
+    /// Reports every policy the configured store cannot decide exactly (Redis computes in
+    /// doubles, exact to 2^53: see `sluicegate_redis::check_policy`), so it is refused at
+    /// load time instead of failing on every request.
+    fn store_can_decide(&mut self, store: &StoreConfig, policies: &[(Arc<Policy>, Range<usize>)]) {
+        if store.backend != Backend::Redis {
+            return;
+        }
+        for (policy, span) in policies {
+            if let Err(e) = sluicegate_redis::check_policy(policy) {
+                self.c.error(span.clone(), e.to_string());
+            }
+        }
+    }
+
     /// Reports every key of `table` not in `known`.
     fn unknown(&mut self, table: &DeTable<'_>, section: &str, known: &[&str]) {
         for key in table.keys() {
