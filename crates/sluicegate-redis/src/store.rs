@@ -141,7 +141,8 @@ impl RedisStore {
         self.inner.link.is_connected()
     }
 
-    /// Test hook: [`Store::check`] with the script's clock set to `now` (µs) instead of the
+    #[cfg(feature = "test-util")]
+    /// Test hook (`test-util` feature only): [`Store::check`] with the script's clock set to `now` (µs) instead of the
     /// Redis server's `TIME`, for deterministic comparisons with the in-memory store.
     #[doc(hidden)]
     pub async fn check_at(
@@ -152,7 +153,8 @@ impl RedisStore {
         self.inner.check(request, Some(now)).await
     }
 
-    /// Test hook: [`Store::check_keyed`] at `now` (µs).
+    #[cfg(feature = "test-util")]
+    /// Test hook (`test-util` feature only): [`Store::check_keyed`] at `now` (µs).
     #[doc(hidden)]
     pub async fn check_keyed_at(
         &self,
@@ -162,7 +164,8 @@ impl RedisStore {
         self.inner.check_keyed(items, Some(now)).await
     }
 
-    /// Test hook: [`Store::check_batch`] at `now` (µs).
+    #[cfg(feature = "test-util")]
+    /// Test hook (`test-util` feature only): [`Store::check_batch`] at `now` (µs).
     #[doc(hidden)]
     pub async fn check_batch_at(
         &self,
@@ -172,7 +175,8 @@ impl RedisStore {
         self.inner.check_batch(requests, Some(now)).await
     }
 
-    /// Test hook: [`Store::refund`] at `now` (µs).
+    #[cfg(feature = "test-util")]
+    /// Test hook (`test-util` feature only): [`Store::refund`] at `now` (µs).
     #[doc(hidden)]
     pub async fn refund_at(
         &self,
