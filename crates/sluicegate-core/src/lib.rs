@@ -36,7 +36,7 @@ pub use clock::{Clock, ManualClock, Micros, SystemClock};
 pub use decide::{Decided, Decider, Timer};
 pub use decision::Decision;
 pub use memory::MemoryStore;
-pub use policy::{AlgorithmKind, Mode, OnStoreError, Policy, PolicyError};
+pub use policy::{AlgorithmKind, MAX_PERIOD, Mode, OnStoreError, Policy, PolicyError};
 pub use spec::PolicySpec;
 pub use store::{BoxFuture, CheckRequest, KeyedCheck, Store, StoreError};
 pub use verdict::{NoObserver, Outcome, PolicyDecision, Verdict, VerdictObserver};

@@ -144,6 +144,9 @@ pub enum PolicyError {
     /// `burst = 0`.
     #[error("burst must be at least 1")]
     ZeroBurst,
+    /// `period` or `max_delay` over [`MAX_PERIOD`].
+    #[error("{0} must be at most 3660d (10 years of 366 days)")]
+    TooLong(&'static str),
     /// `mode = "delay"` on fixed_window, sliding_log or sliding_window.
     #[error(
         "mode \"delay\" needs token_bucket, leaky_bucket or gcra; {0} can only reject or shadow"
@@ -196,6 +199,11 @@ pub struct PolicyBuilder {
     policy: Policy,
     burst_set: bool,
 }
+
+/// The longest `period` (and `max_delay`) a policy may have: 10 years of 366 days. Longer
+/// limits are not rate limits, and the bound keeps every product of the arithmetic (here
+/// and in the Redis scripts) far from overflow.
+pub const MAX_PERIOD: Duration = Duration::from_secs(3660 * 86_400);
 
 /// Bound for the products the bucket algorithms keep in an `i64`, leaving headroom.
 const FIXED_POINT_BOUND: u128 = 1 << 62;
@@ -317,6 +325,12 @@ impl PolicyBuilder {
         }
         if p.period == 0 {
             return Err(PolicyError::ZeroPeriod);
+        }
+        if p.period > micros(MAX_PERIOD) {
+            return Err(PolicyError::TooLong("period"));
+        }
+        if p.max_delay > micros(MAX_PERIOD) {
+            return Err(PolicyError::TooLong("max_delay"));
         }
         if self.burst_set && p.burst == 0 {
             return Err(PolicyError::ZeroBurst);

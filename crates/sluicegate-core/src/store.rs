@@ -187,12 +187,39 @@ pub enum StoreError {
     /// The store did not answer within its timeout.
     #[error("store timed out")]
     Timeout,
-    /// The store is unreachable or failed (the circuit may be open).
+    /// The store is unreachable or cannot decide right now (the circuit may be open; Redis
+    /// answered OOM, READONLY, LOADING, BUSY, MASTERDOWN, CLUSTERDOWN…): an outage.
     #[error("store unavailable: {0}")]
     Unavailable(String),
+    /// The store cannot decide this request exactly, whatever its health (a policy beyond
+    /// its exact range, several keys where it has no atomic step): an error of the
+    /// configuration, refused at load time where it can be. Never an outage.
+    #[error("store cannot decide this: {0}")]
+    Unsupported(String),
+    /// Something this program got wrong (an unexpected reply, a broken script). Never an
+    /// outage: it fails closed rather than open.
+    #[error("internal store error: {0}")]
+    Internal(String),
 }
 
 impl StoreError {
+    /// Whether the store is down, slow or refusing to serve for now, so each policy's
+    /// `on_store_error` decides ([`Verdict::store_failed`]). Errors of the caller
+    /// ([`StoreError::is_bad_request`]), of the configuration or of the code are not
+    /// outages: they must never fail open.
+    ///
+    /// ```
+    /// use sluicegate_core::StoreError;
+    /// assert!(StoreError::Timeout.is_outage());
+    /// assert!(StoreError::Unavailable("OOM".into()).is_outage());
+    /// assert!(!StoreError::Internal("bad reply".into()).is_outage());
+    /// assert!(!StoreError::Unsupported("out of range".into()).is_outage());
+    /// assert!(!StoreError::NoPolicy.is_outage());
+    /// ```
+    pub fn is_outage(&self) -> bool {
+        matches!(self, StoreError::Timeout | StoreError::Unavailable(_))
+    }
+
     /// Whether the caller's request was at fault (a 400), rather than the store (fail open/closed).
     pub fn is_bad_request(&self) -> bool {
         matches!(
@@ -232,7 +259,7 @@ pub trait Store: Send + Sync + 'static {
     /// atomic step. The verdict's decisions are in item order.
     ///
     /// The default implementation handles items that share one key and one cost (by
-    /// [`Store::check`]) and answers [`StoreError::Unavailable`] otherwise; stores that can
+    /// [`Store::check`]) and answers [`StoreError::Unsupported`] otherwise; stores that can
     /// do better override it (the in-memory store does).
     fn check_keyed<'a>(
         &'a self,
@@ -245,7 +272,7 @@ pub trait Store: Send + Sync + 'static {
                 .iter()
                 .any(|i| i.key != first.key || i.cost != first.cost)
             {
-                return Err(StoreError::Unavailable(format!(
+                return Err(StoreError::Unsupported(format!(
                     "the {} store cannot check several keys in one atomic step",
                     self.kind()
                 )));

@@ -491,10 +491,15 @@ fn store_status(error: &StoreError) -> Status {
     if error.is_bad_request() {
         metrics::record_error("invalid");
         Status::invalid_argument(error.to_string())
-    } else {
+    } else if error.is_outage() {
         metrics::record_error("store_error");
-        tracing::warn!(%error, "store failed; answering UNAVAILABLE");
-        Status::unavailable(error.to_string())
+        Status::unavailable("the rate-limit store is unavailable")
+    } else {
+        // An error of the configuration or the code: never an outage (Envoy's
+        // failure_mode_deny must not turn it into an admission without the operator knowing).
+        metrics::record_error("internal");
+        tracing::error!(%error, "store could not decide; answering INTERNAL");
+        Status::internal("the rate-limit store could not decide this request")
     }
 }
 

@@ -22,6 +22,11 @@ use crate::link::{Link, unavailable};
 use crate::range::params;
 use crate::script::{Item, Op, entry_script, invocation, verdicts};
 
+/// The key health probes write, `<prefix>:probe` (a one-second TTL).
+fn probe_key(prefix: &str) -> String {
+    format!("{prefix}:probe")
+}
+
 /// How often a background task retries a lost connection or probes an open circuit.
 pub const PROBE_INTERVAL: Duration = Duration::from_millis(250);
 
@@ -35,7 +40,8 @@ const QUEUE_SLACK: Duration = Duration::from_millis(10);
 
 /// Histogram of store call durations, seconds (the name is core's, shared by every store).
 pub const METRIC_DURATION: &str = sluicegate_core::store::metric::STORE_DURATION;
-/// Counter of failed store calls, labelled `error` = `timeout` | `unavailable` | `circuit_open`.
+/// Counter of failed store calls, labelled `error` = `timeout` | `unavailable` |
+/// `circuit_open` (outages) | `internal` (an error reply that is not an outage).
 pub const METRIC_ERRORS: &str = sluicegate_core::store::metric::STORE_ERRORS;
 
 /// The rate-limit store on Redis or Redis Cluster. See the crate documentation.
@@ -103,7 +109,7 @@ impl RedisStore {
             (Some(sender), Some(receiver))
         };
         let inner = Arc::new(Inner {
-            link: Link::new(target, config.timeout),
+            link: Link::new(target, config.timeout, probe_key(&config.key_prefix)),
             prefix: config.key_prefix.clone(),
             script: entry_script(),
             cache: config.local_cache.then(DenyCache::default),
@@ -222,7 +228,7 @@ impl Inner {
                     policy: Arc::clone(policy),
                     key: state_key(&self.prefix, key, policy),
                     cost,
-                    params: params(policy).map_err(|e| unavailable(e.to_string()))?,
+                    params: params(policy).map_err(|e| StoreError::Unsupported(e.to_string()))?,
                 })
             })
             .collect()
@@ -265,14 +271,13 @@ impl Inner {
         {
             return Ok(verdict);
         }
-        let verdict = match (&self.queue, now) {
-            (Some(queue), None) => self.coalesced(queue, items).await?,
-            _ => self
-                .decide(&[&items], now)
-                .await?
-                .pop()
-                .ok_or_else(|| unavailable("empty reply from the Redis script"))?,
-        };
+        let verdict =
+            match (&self.queue, now) {
+                (Some(queue), None) => self.coalesced(queue, items).await?,
+                _ => self.decide(&[&items], now).await?.pop().ok_or_else(|| {
+                    StoreError::Internal("empty reply from the Redis script".into())
+                })?,
+            };
         if let (Some(cache), Some(key)) = (&self.cache, cache_key) {
             cache.remember(key, request.cost, &verdict);
         }
@@ -317,15 +322,16 @@ impl Inner {
         if self.link.is_cluster() {
             let slot = Slot::for_key(&prepared[0].key);
             if prepared.iter().any(|i| Slot::for_key(&i.key) != slot) {
-                return Err(unavailable(
-                    "Redis Cluster cannot decide keys in different hash slots in one atomic step",
+                return Err(StoreError::Unsupported(
+                    "Redis Cluster cannot decide keys in different hash slots in one atomic step"
+                        .into(),
                 ));
             }
         }
         self.decide(&[&prepared], now)
             .await?
             .pop()
-            .ok_or_else(|| unavailable("empty reply from the Redis script"))
+            .ok_or_else(|| StoreError::Internal("empty reply from the Redis script".into()))
     }
 
     async fn check_batch(
@@ -414,7 +420,9 @@ impl Inner {
         }
         results
             .into_iter()
-            .map(|r| r.unwrap_or_else(|| Err(unavailable("no reply for this request"))))
+            .map(|r| {
+                r.unwrap_or_else(|| Err(StoreError::Internal("no reply for this request".into())))
+            })
             .collect()
     }
 
@@ -459,9 +467,12 @@ impl Inner {
             .await
     }
 
+    /// A write, not a `PING`: a server that answers but refuses writes (OOM, READONLY,
+    /// MASTERDOWN…) cannot decide, so it is not ready.
     async fn ping(&self) -> Result<(), StoreError> {
+        let probe = self.link.probe_command();
         self.link
-            .run(|mut conn| async move { redis::cmd("PING").query_async::<()>(&mut conn).await })
+            .run(|mut conn| async move { probe.query_async::<()>(&mut conn).await })
             .await
     }
 }

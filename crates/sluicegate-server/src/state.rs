@@ -7,7 +7,9 @@ use std::sync::Arc;
 
 use arc_swap::ArcSwap;
 use sluicegate_core::{Decider, MemoryStore, Policy, Store, VerdictObserver};
-use sluicegate_middleware::{AccessList, ClientIdentity, HeaderSet, RateLimiter, RouteTable};
+use sluicegate_middleware::{
+    AccessList, ClientIdentity, HeaderSet, RateLimiter, RouteTable, WaitQueue,
+};
 
 use crate::config::Config;
 
@@ -24,8 +26,13 @@ pub struct Runtime {
 }
 
 impl Runtime {
-    /// Prepares a configuration deciding through `decider`.
-    pub fn new(config: Config, decider: Decider) -> Result<Self, String> {
+    /// Prepares a configuration deciding through `decider`; delayed requests wait in
+    /// `wait_queue` (shared across reloads).
+    pub fn new(
+        config: Config,
+        decider: Decider,
+        wait_queue: &Arc<WaitQueue>,
+    ) -> Result<Self, String> {
         let by_name: HashMap<String, Arc<Policy>> = config
             .policies
             .iter()
@@ -36,11 +43,14 @@ impl Runtime {
         let identity = ClientIdentity::new(
             config.server.trusted_proxies.clone(),
             config.server.ipv6_prefix,
-        );
+        )
+        .with_header(config.server.client_ip_header);
         let header_sets = config.server.headers.clone();
+        wait_queue.set_max(config.server.max_waiting);
         let access = AccessList::new(config.server.allow.clone(), config.server.deny.clone());
-        let limiter =
-            RateLimiter::new(decider, routes, identity, header_sets.clone()).with_access(access);
+        let limiter = RateLimiter::new(decider, routes, identity, header_sets.clone())
+            .with_access(access)
+            .with_wait_queue(Arc::clone(wait_queue));
         Ok(Runtime {
             config,
             header_sets,
@@ -69,6 +79,8 @@ pub struct AppState {
     pub decider: Decider,
     /// The compiled Envoy rules (`[envoy]`), swapped by `crate::envoy` on changes.
     pub envoy: sluicegate_envoy::SharedConfig,
+    /// Delayed requests waiting at once (`server.max_waiting`), across reloads.
+    pub wait_queue: Arc<WaitQueue>,
 }
 
 impl AppState {
@@ -80,8 +92,10 @@ impl AppState {
         observer: Arc<dyn VerdictObserver>,
     ) -> Result<Self, String> {
         let decider = Decider::new(Arc::clone(&store)).with_observer(Arc::clone(&observer));
-        let runtime = Runtime::new(config, decider.clone())?;
+        let wait_queue = WaitQueue::new(config.server.max_waiting);
+        let runtime = Runtime::new(config, decider.clone(), &wait_queue)?;
         Ok(AppState {
+            wait_queue,
             runtime: Arc::new(ArcSwap::from_pointee(runtime)),
             store,
             memory,
@@ -99,7 +113,7 @@ impl AppState {
     /// Installs a new configuration. Unchanged policies keep their state (the memory store
     /// keys its tables by the policy's full definition); removed or changed ones are dropped.
     pub fn apply(&self, config: Config) -> Result<(), String> {
-        let runtime = Runtime::new(config, self.decider.clone())?;
+        let runtime = Runtime::new(config, self.decider.clone(), &self.wait_queue)?;
         self.runtime.store(Arc::new(runtime));
         self.prune();
         Ok(())

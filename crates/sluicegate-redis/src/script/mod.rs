@@ -127,7 +127,7 @@ pub(crate) fn invocation<'s>(
 }
 
 fn bad_reply(what: &str) -> StoreError {
-    StoreError::Unavailable(format!("unexpected reply from the Redis script: {what}"))
+    StoreError::Internal(format!("unexpected reply from the Redis script: {what}"))
 }
 
 /// Turns the script's reply into one verdict per request, in order.

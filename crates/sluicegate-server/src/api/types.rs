@@ -66,6 +66,9 @@ impl utoipa::PartialSchema for PolicyNames {
             .item(
                 ArrayBuilder::new()
                     .items(name())
+                    // What the server accepts: at least one name, at most 64.
+                    .min_items(Some(1))
+                    .max_items(Some(64))
                     .description(Some("several policies, all-or-nothing")),
             )
             .into()

@@ -78,6 +78,9 @@ impl Reader<'_> {
                 Ok(d) if d.as_micros() == 0 => self
                     .c
                     .error(period.span(), PolicyError::ZeroPeriod.to_string()),
+                Ok(d) if d > MAX_PERIOD => self
+                    .c
+                    .error(period.span(), PolicyError::TooLong("period").to_string()),
                 Ok(_) => {}
                 Err(e) => self.c.error(period.span(), e.to_string()),
             }
@@ -97,10 +100,15 @@ impl Reader<'_> {
                 PolicyError::DelayOnWindow(*algorithm.get_ref()).to_string(),
             );
         }
-        if let Some(max_delay) = &max_delay
-            && let Err(e) = parse_duration(max_delay.get_ref())
-        {
-            self.c.error(max_delay.span(), e.to_string());
+        if let Some(max_delay) = &max_delay {
+            match parse_duration(max_delay.get_ref()) {
+                Ok(d) if d > MAX_PERIOD => self.c.error(
+                    max_delay.span(),
+                    PolicyError::TooLong("max_delay").to_string(),
+                ),
+                Ok(_) => {}
+                Err(e) => self.c.error(max_delay.span(), e.to_string()),
+            }
         }
         if self.c_len() > before {
             return None;
