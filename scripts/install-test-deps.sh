@@ -13,6 +13,10 @@ command -v nginx >/dev/null || need_apt+=(nginx-light)
 command -v caddy >/dev/null || need_apt+=(caddy)
 command -v haproxy >/dev/null || need_apt+=(haproxy)
 command -v chromium >/dev/null || need_apt+=(chromium)
+# The calendar property test checks jiff's bundled time zones against Python's zoneinfo
+# over the system's IANA database (an independent implementation and copy of the data).
+command -v python3 >/dev/null || need_apt+=(python3)
+[ -e /usr/share/zoneinfo/Europe/Berlin ] || need_apt+=(tzdata)
 if [ ${#need_apt[@]} -gt 0 ]; then
   # Other jobs on the machine may install at the same time.
   flock /tmp/sg-apt.lock apt-get update -qq

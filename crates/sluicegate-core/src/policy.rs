@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use crate::calendar::Calendar;
 use crate::clock::{Micros, micros};
 
 /// Which limiting algorithm a policy uses. See each module under [`crate::algorithm`].
@@ -160,6 +161,15 @@ pub enum PolicyError {
     /// A duration that does not parse.
     #[error("invalid duration {0:?}: {1} (write e.g. 250ms, 1s, 1m, 1h, 1d)")]
     InvalidDuration(String, String),
+    /// `calendar` on another algorithm than fixed_window.
+    #[error("calendar periods need algorithm \"fixed_window\", not {0}")]
+    CalendarNeedsFixedWindow(AlgorithmKind),
+    /// `calendar` or `timezone` that does not parse.
+    #[error("{0}")]
+    InvalidCalendar(String),
+    /// `penalty` over [`MAX_PENALTY`].
+    #[error("penalty must be at most 100 years")]
+    PenaltyTooLong,
     /// The numbers overflow the 64-bit fixed-point arithmetic of the buckets.
     #[error(
         "{0} is too large: for token_bucket, leaky_bucket and gcra, burst × period (in µs) and, in delay mode, limit × max_delay must stay under 2^62"
@@ -191,7 +201,27 @@ pub struct Policy {
     mode: Mode,
     max_delay: Micros,
     on_store_error: OnStoreError,
+    penalty: Micros,
+    calendar: Option<Calendar>,
 }
+
+/// The numbers that give a policy's stored state its meaning: its name, algorithm, limit,
+/// period and burst. Two policies with the same counting key read each other's state the
+/// same way, so a reload that changes only the mode, `max_delay`, `on_store_error` or
+/// `penalty` keeps every key's state.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct CountingKey {
+    name: String,
+    algorithm: AlgorithmKind,
+    limit: u64,
+    period: Micros,
+    burst: u64,
+    calendar: Option<Calendar>,
+}
+
+/// Longest `penalty`: a hundred years, so that `now + penalty` stays exact everywhere
+/// (Redis computes in doubles, exact to 2^53 µs).
+pub const MAX_PENALTY: Micros = 100 * 366 * 86_400 * 1_000_000;
 
 /// Builds a [`Policy`]; `build` validates it.
 #[derive(Debug, Clone)]
@@ -226,6 +256,8 @@ impl Policy {
                 mode: Mode::Reject,
                 max_delay: 0,
                 on_store_error: OnStoreError::Allow,
+                penalty: 0,
+                calendar: None,
             },
             burst_set: false,
         }
@@ -272,6 +304,35 @@ impl Policy {
     pub fn on_store_error(&self) -> OnStoreError {
         self.on_store_error
     }
+    /// How long a key this policy denies stays denied, µs (0: no penalty). See
+    /// [`crate::penalty`].
+    pub fn penalty(&self) -> Micros {
+        self.penalty
+    }
+    /// What identifies this policy's stored state (see [`CountingKey`]).
+    pub fn counting_key(&self) -> CountingKey {
+        CountingKey {
+            name: self.name.clone(),
+            algorithm: self.algorithm,
+            limit: self.limit,
+            period: self.period,
+            burst: self.burst,
+            calendar: self.calendar.clone(),
+        }
+    }
+    /// The calendar windows of a `fixed_window` policy with `calendar` (its `period` is
+    /// then the longest such window).
+    pub fn calendar(&self) -> Option<&Calendar> {
+        self.calendar.as_ref()
+    }
+    /// The length of the window holding `now`, µs: the period, or for a calendar policy
+    /// the real length of the current day, week, month or year.
+    pub fn window_at(&self, now: Micros) -> Micros {
+        match self.calendar.as_ref().and_then(|c| c.window(now)) {
+            Some((start, end)) => end - start,
+            None => self.period,
+        }
+    }
     /// The largest cost one request can ever have: `burst` for buckets, `limit` for windows.
     pub fn capacity(&self) -> u64 {
         if self.algorithm.uses_burst() {
@@ -306,6 +367,18 @@ impl PolicyBuilder {
     /// Fail open or closed.
     pub fn on_store_error(mut self, on_store_error: OnStoreError) -> Self {
         self.policy.on_store_error = on_store_error;
+        self
+    }
+    /// Calendar windows instead of `period` (`fixed_window` only); sets the period to the
+    /// longest such window.
+    pub fn calendar(mut self, calendar: Calendar) -> Self {
+        self.policy.period = calendar.unit().longest();
+        self.policy.calendar = Some(calendar);
+        self
+    }
+    /// Once this policy denies a key, the key stays denied this long (default: none).
+    pub fn penalty(mut self, penalty: Duration) -> Self {
+        self.policy.penalty = micros(penalty);
         self
     }
 
@@ -345,6 +418,12 @@ impl PolicyBuilder {
         }
         if p.mode == Mode::Delay && !scaled(p.limit, p.max_delay) {
             return Err(PolicyError::TooLarge("limit × max_delay"));
+        }
+        if p.calendar.is_some() && p.algorithm != AlgorithmKind::FixedWindow {
+            return Err(PolicyError::CalendarNeedsFixedWindow(p.algorithm));
+        }
+        if p.penalty > MAX_PENALTY {
+            return Err(PolicyError::PenaltyTooLong);
         }
         Ok(p)
     }

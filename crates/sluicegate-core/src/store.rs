@@ -112,12 +112,29 @@ pub struct KeyedCheck<'a> {
     pub key: &'a str,
     /// The cost taken from this policy; 0 reads without consuming.
     pub cost: u64,
+    /// Where the state lives, for stores that shard (Redis Cluster: the hash tag). Items
+    /// with one placement share a shard, so a check over several keys stays one atomic
+    /// step; `None` places each key by itself. A key must always come with the same
+    /// placement: a sharded store keeps the state under both.
+    pub placement: Option<&'a str>,
 }
 
 impl<'a> KeyedCheck<'a> {
-    /// `cost` of `policy` under `key`.
+    /// `cost` of `policy` under `key`, placed by its key.
     pub fn new(policy: &'a Arc<Policy>, key: &'a str, cost: u64) -> Self {
-        KeyedCheck { policy, key, cost }
+        KeyedCheck {
+            policy,
+            key,
+            cost,
+            placement: None,
+        }
+    }
+
+    /// The same check, placed with every other item of `placement` (see
+    /// [`KeyedCheck::placement`]).
+    pub fn placed(mut self, placement: &'a str) -> Self {
+        self.placement = Some(placement);
+        self
     }
 
     /// Checks what the caller controls before any store is touched: at least one item,
@@ -283,6 +300,22 @@ pub trait Store: Send + Sync + 'static {
         })
     }
 
+    /// [`Store::refund`] for keyed items (each item's cost given back under its key and
+    /// placement). The default gives back item by item, ignoring placement; a sharded store
+    /// that honours placement in [`Store::check_keyed`] overrides it.
+    fn refund_keyed<'a>(
+        &'a self,
+        items: &'a [KeyedCheck<'a>],
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(async move {
+            for item in items {
+                self.refund(std::slice::from_ref(item.policy), item.key, item.cost)
+                    .await?;
+            }
+            Ok(())
+        })
+    }
+
     /// Gives back what an admitted request of `cost` took (a delayed request that was
     /// cancelled before its slot came), where the algorithm allows it.
     fn refund<'a>(
@@ -331,6 +364,12 @@ impl<S: Store + ?Sized> Store for Arc<S> {
         items: &'a [KeyedCheck<'a>],
     ) -> BoxFuture<'a, Result<Verdict, StoreError>> {
         (**self).check_keyed(items)
+    }
+    fn refund_keyed<'a>(
+        &'a self,
+        items: &'a [KeyedCheck<'a>],
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        (**self).refund_keyed(items)
     }
     fn refund<'a>(
         &'a self,

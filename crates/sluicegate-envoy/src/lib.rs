@@ -43,7 +43,10 @@
 
 #![deny(missing_docs)]
 
+pub mod compile;
 pub mod config;
+pub mod decide;
+pub mod files;
 pub mod headers;
 pub mod key;
 pub mod metrics;

@@ -360,7 +360,12 @@ impl Route {
             case_insensitive: spec.case_insensitive,
             methods,
             headers,
-            policy_field: crate::headers::policy_field(&policies),
+            // A calendar window's length changes with the date: computed per response then.
+            policy_field: if policies.iter().any(|p| p.calendar().is_some()) {
+                None
+            } else {
+                crate::headers::policy_field(&policies)
+            },
             policies: policies.into(),
             key: spec.key.clone(),
             index,

@@ -17,7 +17,7 @@ use crate::cache::DenyCache;
 use crate::coalesce::{Job, QUEUE_DEPTH, dispatch};
 use crate::config::{RedisConfig, RedisStoreError};
 use crate::conn::Target;
-use crate::keys::state_key;
+use crate::keys::{placed_state_key, state_key};
 use crate::link::{Link, unavailable};
 use crate::range::params;
 use crate::script::{Item, Op, entry_script, invocation, verdicts};
@@ -234,6 +234,21 @@ impl Inner {
             .collect()
     }
 
+    /// The items of a keyed check, each under its key and placement.
+    fn keyed_items(&self, items: &[KeyedCheck<'_>]) -> Result<Vec<Item>, StoreError> {
+        items
+            .iter()
+            .map(|item| {
+                Ok(Item {
+                    policy: Arc::clone(item.policy),
+                    key: placed_state_key(&self.prefix, item.placement, item.key, item.policy),
+                    cost: item.cost,
+                    params: params(item.policy).map_err(|e| unavailable(e.to_string()))?,
+                })
+            })
+            .collect()
+    }
+
     /// One script call deciding `requests`.
     pub(crate) async fn decide(
         &self,
@@ -318,12 +333,15 @@ impl Inner {
         now: Option<Micros>,
     ) -> Result<Verdict, StoreError> {
         KeyedCheck::validate_all(items)?;
-        let prepared = self.items(items.iter().map(|i| (i.policy, i.key, i.cost)))?;
+        let prepared = self.keyed_items(items)?;
+        // A script touches one slot only. Callers that check several keys at once on a
+        // cluster give them one placement (the Envoy service: its domain), so this refusal
+        // is for a caller that did not: better no answer than a non-atomic one.
         if self.link.is_cluster() {
             let slot = Slot::for_key(&prepared[0].key);
             if prepared.iter().any(|i| Slot::for_key(&i.key) != slot) {
                 return Err(StoreError::Unsupported(
-                    "Redis Cluster cannot decide keys in different hash slots in one atomic step"
+                    "Redis Cluster cannot decide keys in different hash slots in one atomic step; give them one placement"
                         .into(),
                 ));
             }
@@ -451,6 +469,42 @@ impl Inner {
         .map(|_| ())
     }
 
+    async fn refund_keyed(
+        &self,
+        items: &[KeyedCheck<'_>],
+        now: Option<Micros>,
+    ) -> Result<(), StoreError> {
+        KeyedCheck::validate_all(items)?;
+        let prepared: Vec<Item> = self
+            .keyed_items(items)?
+            .into_iter()
+            .filter(|item| item.cost > 0)
+            .collect();
+        if let Some(cache) = &self.cache {
+            for item in &prepared {
+                cache.forget(&item.key);
+            }
+        }
+        // One script call per slot: a refund needs no atomicity across keys.
+        let mut groups: Vec<(Slot, Vec<Item>)> = Vec::new();
+        for item in prepared {
+            let slot = Slot::for_key(&item.key);
+            match groups.iter_mut().find(|(s, _)| *s == slot) {
+                Some((_, group)) => group.push(item),
+                None => groups.push((slot, vec![item])),
+            }
+        }
+        for (_, group) in groups {
+            let invocation = invocation(&self.script, now, Op::Refund, &[&group]);
+            self.link
+                .run(move |mut conn| async move {
+                    invocation.invoke_async::<redis::Value>(&mut conn).await
+                })
+                .await?;
+        }
+        Ok(())
+    }
+
     async fn reset(&self, policy: &Policy, key: &str) -> Result<(), StoreError> {
         check_key(key)?;
         let state = state_key(&self.prefix, key, policy);
@@ -461,6 +515,7 @@ impl Inner {
             .run(move |mut conn| async move {
                 redis::cmd("DEL")
                     .arg(&state)
+                    .arg(format!("{state}:penalty"))
                     .query_async::<()>(&mut conn)
                     .await
             })
@@ -506,6 +561,13 @@ impl Store for RedisStore {
         cost: u64,
     ) -> BoxFuture<'a, Result<(), StoreError>> {
         Box::pin(self.inner.refund(policies, key, cost, None))
+    }
+
+    fn refund_keyed<'a>(
+        &'a self,
+        items: &'a [KeyedCheck<'a>],
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(self.inner.refund_keyed(items, None))
     }
 
     fn reset<'a>(

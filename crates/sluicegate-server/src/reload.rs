@@ -6,6 +6,10 @@
 //!
 //! A valid new file is applied atomically; limits whose policy is unchanged keep their state.
 //! An invalid one is logged with every error and the running configuration stays.
+//!
+//! The same watcher serves the `[envoy]` YAML files: their directories are watched too, and
+//! when the TOML did not change, every event and poll asks
+//! [`AppState::reload_envoy`], which recompiles only when a file's content changed.
 
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::path::{Path, PathBuf};
@@ -44,7 +48,10 @@ pub fn spawn(
 ) {
     // The watch is set up before returning, so no change after start-up is missed.
     let (tx, rx) = mpsc::channel::<()>(1);
-    let watcher = watch_dir(&path, tx);
+    let mut watcher = watch_dir(&path, tx);
+    if let Some(watcher) = &mut watcher {
+        watch_envoy_files(watcher, &state);
+    }
     tokio::spawn(watch_loop(
         path, loaded, watcher, rx, overrides, state, stop,
     ));
@@ -82,6 +89,11 @@ async fn watch_loop(
         };
         let h = hash(&text);
         if last == Some(h) {
+            match state.reload_envoy() {
+                Ok(true) => tracing::info!("[envoy] rules reloaded"),
+                Ok(false) => {}
+                Err(errors) => crate::state::log_envoy_errors(&errors),
+            }
             continue;
         }
         last = Some(h);
@@ -169,6 +181,33 @@ fn watch_dir(path: &Path, tx: mpsc::Sender<()>) -> Option<notify::RecommendedWat
         let _ = watcher.watch(target_dir, RecursiveMode::NonRecursive);
     }
     Some(watcher)
+}
+
+/// Adds the directories of the `[envoy]` YAML files (and the configured directory itself)
+/// to `watcher`. A path configured later by a reload is seen by the periodic re-read.
+fn watch_envoy_files(watcher: &mut notify::RecommendedWatcher, state: &AppState) {
+    let runtime = state.runtime();
+    let Some(section) = &runtime.config.envoy else {
+        return;
+    };
+    let Some(path) = sluicegate_envoy::files::config_path(section, Path::new("")) else {
+        return;
+    };
+    let dir = if path.is_dir() {
+        path.clone()
+    } else {
+        path.parent().map(Path::to_owned).unwrap_or_default()
+    };
+    if !dir.as_os_str().is_empty() {
+        let _ = watcher.watch(&dir, RecursiveMode::NonRecursive);
+    }
+    for file in state.envoy.get().files() {
+        if let Ok(target) = std::fs::canonicalize(file)
+            && let Some(target_dir) = target.parent()
+        {
+            let _ = watcher.watch(target_dir, RecursiveMode::NonRecursive);
+        }
+    }
 }
 
 /// The file's text and modification time.

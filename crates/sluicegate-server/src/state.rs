@@ -65,6 +65,14 @@ impl Runtime {
     }
 }
 
+/// Logs every error of an `[envoy]` recompilation that did not apply.
+pub fn log_envoy_errors(errors: &str) {
+    for line in errors.lines() {
+        tracing::error!("{line}");
+    }
+    tracing::error!("[envoy] rules not reloaded; the running rules stay");
+}
+
 /// Shared by every handler and listener; cheap to clone.
 #[derive(Clone)]
 pub struct AppState {
@@ -77,8 +85,10 @@ pub struct AppState {
     pub observer: Arc<dyn VerdictObserver>,
     /// The store with its observer: the one decision path of every endpoint.
     pub decider: Decider,
-    /// The compiled Envoy rules (`[envoy]`), swapped by `crate::envoy` on changes.
+    /// The compiled Envoy rules (`[envoy]`), swapped by [`AppState::reload_envoy`].
     pub envoy: sluicegate_envoy::SharedConfig,
+    /// The fingerprint of what the running Envoy rules were compiled from.
+    envoy_print: Arc<std::sync::Mutex<Option<u64>>>,
     /// Delayed requests waiting at once (`server.max_waiting`), across reloads.
     pub wait_queue: Arc<WaitQueue>,
 }
@@ -94,7 +104,7 @@ impl AppState {
         let decider = Decider::new(Arc::clone(&store)).with_observer(Arc::clone(&observer));
         let wait_queue = WaitQueue::new(config.server.max_waiting);
         let runtime = Runtime::new(config, decider.clone(), &wait_queue)?;
-        Ok(AppState {
+        let state = AppState {
             wait_queue,
             runtime: Arc::new(ArcSwap::from_pointee(runtime)),
             store,
@@ -102,7 +112,12 @@ impl AppState {
             observer,
             decider,
             envoy: sluicegate_envoy::SharedConfig::default(),
-        })
+            envoy_print: Arc::default(),
+        };
+        state
+            .reload_envoy()
+            .map_err(|errors| format!("[envoy]: {errors}"))?;
+        Ok(state)
     }
 
     /// The current configuration snapshot.
@@ -115,8 +130,36 @@ impl AppState {
     pub fn apply(&self, config: Config) -> Result<(), String> {
         let runtime = Runtime::new(config, self.decider.clone(), &self.wait_queue)?;
         self.runtime.store(Arc::new(runtime));
+        // The TOML was validated with its [envoy] files; a file edited since is caught here.
+        if let Err(errors) = self.reload_envoy() {
+            log_envoy_errors(&errors);
+        }
         self.prune();
         Ok(())
+    }
+
+    /// Recompiles the `[envoy]` rules when what they are made of (the running `[envoy]`
+    /// section, the policies, the YAML files' contents) changed, and swaps them in. Returns
+    /// whether they changed; on errors the running rules stay. Called at start, after a
+    /// TOML reload, and by the reload watcher when a YAML file changes.
+    pub fn reload_envoy(&self) -> Result<bool, String> {
+        let runtime = self.runtime();
+        let section = runtime.config.envoy.clone().unwrap_or_default();
+        let policies = &runtime.config.policies;
+        let base = std::path::Path::new("");
+        let print = sluicegate_envoy::files::fingerprint(&section, policies, base);
+        let mut last = self.envoy_print.lock().unwrap_or_else(|e| e.into_inner());
+        if *last == Some(print) {
+            return Ok(false);
+        }
+        // Remembered before compiling, so an invalid edit is reported once, not every poll.
+        *last = Some(print);
+        let compiled = sluicegate_envoy::EnvoyConfig::load(&section, policies, base)
+            .map_err(|errors| errors.to_string())?;
+        self.envoy.replace(compiled);
+        drop(last);
+        self.prune();
+        Ok(true)
     }
 
     /// Drops the memory store's state of policies no longer configured, keeping those
@@ -124,7 +167,7 @@ impl AppState {
     pub fn prune(&self) {
         if let Some(memory) = &self.memory {
             let mut keep = self.runtime().config.policies.clone();
-            keep.extend(self.envoy.get().policies().iter().cloned());
+            keep.extend(self.envoy.policies());
             memory.retain_policies(&keep);
         }
     }

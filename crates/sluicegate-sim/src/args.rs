@@ -232,6 +232,9 @@ impl SimulateArgs {
                     mode: Mode::Reject,
                     max_delay: None,
                     on_store_error: Default::default(),
+                    penalty: None,
+                    calendar: None,
+                    timezone: None,
                 }]
             }
         };

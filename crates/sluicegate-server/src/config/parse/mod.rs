@@ -64,6 +64,9 @@ const POLICY: &[&str] = &[
     "mode",
     "max_delay",
     "on_store_error",
+    "penalty",
+    "calendar",
+    "timezone",
 ];
 const ROUTE: &[&str] = &[
     "path",
@@ -76,7 +79,16 @@ const ROUTE: &[&str] = &[
     "deny",
 ];
 const GATEWAY: &[&str] = &["listen", "upstream", "upstream_timeout"];
-const ENVOY: &[&str] = &["listen", "config", "algorithm", "rules"];
+const ENVOY: &[&str] = &[
+    "listen",
+    "config",
+    "algorithm",
+    "merge_domains",
+    "shadow",
+    "quota",
+    "dynamic_metadata",
+    "rules",
+];
 
 type Value<'i> = Spanned<DeValue<'i>>;
 

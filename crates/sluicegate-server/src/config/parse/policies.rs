@@ -49,11 +49,30 @@ impl Reader<'_> {
         let name = self.required::<String>(t, "name", what, &span);
         let algorithm = self.required::<AlgorithmKind>(t, "algorithm", what, &span);
         let limit = self.required::<u64>(t, "limit", what, &span);
-        let period = self.required::<String>(t, "period", what, &span);
+        let calendar = self.get::<String>(t, "calendar", what);
+        let timezone = self.get::<String>(t, "timezone", what);
+        // A calendar replaces the period: exactly one of them.
+        let period = match &calendar {
+            None => self.required::<String>(t, "period", what, &span),
+            Some(cal) => {
+                let period = self.get::<String>(t, "period", what);
+                if let Some(p) = &period {
+                    self.c.error(
+                        p.span(),
+                        format!(
+                            "period and calendar = {:?} both given; the calendar replaces the period",
+                            cal.get_ref()
+                        ),
+                    );
+                }
+                Some(Spanned::new(cal.span(), String::new()))
+            }
+        };
         let burst = self.get::<u64>(t, "burst", what);
         let mode = self.get::<Mode>(t, "mode", what);
         let max_delay = self.get::<String>(t, "max_delay", what);
         let on_store_error = self.get::<OnStoreError>(t, "on_store_error", what);
+        let penalty = self.get::<String>(t, "penalty", what);
 
         // Each check on its own, so a policy with three mistakes reports three errors.
         if let Some(name) = &name
@@ -73,7 +92,7 @@ impl Reader<'_> {
             self.c
                 .error(limit.span(), PolicyError::ZeroLimit.to_string());
         }
-        if let Some(period) = &period {
+        if let Some(period) = period.as_ref().filter(|_| calendar.is_none()) {
             match parse_duration(period.get_ref()) {
                 Ok(d) if d.as_micros() == 0 => self
                     .c
@@ -110,6 +129,37 @@ impl Reader<'_> {
                 Err(e) => self.c.error(max_delay.span(), e.to_string()),
             }
         }
+        if let Some(penalty) = &penalty {
+            match parse_duration(penalty.get_ref()) {
+                Ok(d) if d.is_zero() => self.c.error(
+                    penalty.span(),
+                    "penalty must be longer than 0 (remove it for no penalty)",
+                ),
+                Ok(d)
+                    if sluicegate_core::clock::micros(d) > sluicegate_core::policy::MAX_PENALTY =>
+                {
+                    self.c
+                        .error(penalty.span(), PolicyError::PenaltyTooLong.to_string())
+                }
+                Ok(_) => {}
+                Err(e) => self.c.error(penalty.span(), e.to_string()),
+            }
+        }
+        if let Err(e) = sluicegate_core::spec::parse_calendar(
+            calendar.as_ref().map(|c| c.get_ref().as_str()),
+            timezone.as_ref().map(|z| z.get_ref().as_str()),
+        ) {
+            let at = timezone.as_ref().or(calendar.as_ref()).map(Spanned::span);
+            self.c.error(at.unwrap_or(span.clone()), e.to_string());
+        }
+        if let (Some(cal), Some(algorithm)) = (&calendar, &algorithm)
+            && *algorithm.get_ref() != AlgorithmKind::FixedWindow
+        {
+            self.c.error(
+                cal.span(),
+                PolicyError::CalendarNeedsFixedWindow(*algorithm.get_ref()).to_string(),
+            );
+        }
         if self.c_len() > before {
             return None;
         }
@@ -123,6 +173,9 @@ impl Reader<'_> {
             mode: mode.map(Spanned::into_inner).unwrap_or_default(),
             max_delay: max_delay.map(Spanned::into_inner),
             on_store_error: on_store_error.map(Spanned::into_inner).unwrap_or_default(),
+            penalty: penalty.map(Spanned::into_inner),
+            calendar: calendar.map(Spanned::into_inner),
+            timezone: timezone.map(Spanned::into_inner),
         };
         match spec.build() {
             Ok(policy) => Some((policy, name.span())),

@@ -283,10 +283,24 @@ impl Reader<'_> {
         });
         let algorithm = self.get::<AlgorithmKind>(t, "algorithm", what);
         let rules = self.get::<Vec<sluicegate_envoy::RuleSpec>>(t, "rules", what);
+        let mut flag = |key: &str| {
+            self.get::<bool>(t, key, what)
+                .is_some_and(Spanned::into_inner)
+        };
+        let (merge_domains, shadow, quota, dynamic_metadata) = (
+            flag("merge_domains"),
+            flag("shadow"),
+            flag("quota"),
+            flag("dynamic_metadata"),
+        );
         let section = EnvoyConfig {
             listen,
             config,
             algorithm: algorithm.map(Spanned::into_inner),
+            merge_domains,
+            shadow,
+            quota,
+            dynamic_metadata,
             rules: rules
                 .as_ref()
                 .map(|r| r.get_ref().clone())
