@@ -134,7 +134,13 @@ where
                 return Ok(decision.rejection().map(Either::Right));
             }
             decision.wait().await;
+            // The slot is held until the inner service has produced its response.
+            let permit = match decision.enter_pool().await {
+                Ok(permit) => permit,
+                Err(rejected) => return Ok(rejected.response().map(Either::Right)),
+            };
             let mut response = inner.call(request).await?;
+            drop(permit);
             decision.write_headers(response.headers_mut());
             Ok(response.map(Either::Left))
         })

@@ -20,6 +20,7 @@ use axum::response::{IntoResponse, Response};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
+use sluicegate_middleware::PermitBody;
 use tokio::net::TcpSocket;
 
 use std::sync::Arc;
@@ -194,11 +195,17 @@ async fn proxy(
             peer.ip(),
         )
         .await;
+    let mut permit = None;
     if let Some(decision) = &decision {
         if !decision.is_allowed() {
             return decision.rejection().map(Body::new);
         }
         decision.wait().await;
+        // The route's pool slot, held until the response body has been sent.
+        permit = match decision.enter_pool().await {
+            Ok(permit) => permit,
+            Err(rejected) => return rejected.response().map(Body::new),
+        };
     }
     let (mut parts, body) = request.into_parts();
     parts.uri = match upstream_uri(&upstream, &parts.uri) {
@@ -233,7 +240,7 @@ async fn proxy(
     if let Some(decision) = &decision {
         decision.write_headers(&mut parts.headers);
     }
-    Response::from_parts(parts, Body::new(body))
+    Response::from_parts(parts, Body::new(PermitBody::new(body, permit)))
 }
 
 /// The upstream's scheme and authority, its base path, then the request's path and query.
