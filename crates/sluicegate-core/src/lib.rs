@@ -36,5 +36,5 @@ pub use decision::Decision;
 pub use memory::MemoryStore;
 pub use policy::{AlgorithmKind, Mode, OnStoreError, Policy, PolicyError};
 pub use spec::PolicySpec;
-pub use store::{BoxFuture, CheckRequest, KeyedCheck, Store, StoreError};
+pub use store::{BoxFuture, CheckRequest, KeyedCheck, Lease, Store, StoreError};
 pub use verdict::{NoObserver, Outcome, PolicyDecision, Verdict, VerdictObserver};

@@ -23,9 +23,10 @@ pub struct PolicySpec {
     pub name: String,
     /// The algorithm.
     pub algorithm: AlgorithmKind,
-    /// Requests per period.
+    /// Requests per period (concurrency: requests in flight).
     pub limit: u64,
-    /// The period, e.g. `"1m"`.
+    /// The period, e.g. `"1m"`; none for concurrency (which has `lease`).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub period: String,
     /// Bucket capacity; defaults to `limit`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -39,7 +40,16 @@ pub struct PolicySpec {
     /// allow | deny.
     #[serde(default)]
     pub on_store_error: OnStoreError,
+    /// Concurrency only: how long a lease lasts if its holder never releases it; defaults
+    /// to [`DEFAULT_LEASE`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lease: Option<String>,
 }
+
+/// The lease of a concurrency policy that does not set one: long enough for most slow
+/// requests (a request that outlives its lease no longer holds its slot), short enough
+/// that a crashed holder's slot comes back within a minute.
+pub const DEFAULT_LEASE: Duration = Duration::from_secs(60);
 
 /// Parses `"250ms"`, `"1s"`, `"1m"`, `"1h"`, `"1d"` and combinations such as `"1m 30s"`.
 ///
@@ -56,6 +66,14 @@ pub fn parse_duration(text: &str) -> Result<Duration, PolicyError> {
 impl PolicySpec {
     /// Validates into a [`Policy`].
     pub fn build(&self) -> Result<Policy, PolicyError> {
+        if self.algorithm.is_concurrency() {
+            return self.build_concurrency();
+        }
+        if self.lease.is_some() {
+            return Err(PolicyError::ConcurrencyField(
+                "lease is for algorithm \"concurrency\" only",
+            ));
+        }
         let period = parse_duration(&self.period)?;
         let mut builder = Policy::builder(&self.name, self.algorithm, self.limit, period)
             .mode(self.mode)
@@ -70,9 +88,47 @@ impl PolicySpec {
         builder.max_delay(max_delay).build()
     }
 
+    fn build_concurrency(&self) -> Result<Policy, PolicyError> {
+        if !self.period.is_empty() {
+            return Err(PolicyError::ConcurrencyField(
+                "concurrency has no period: set lease (how long an unreleased request holds its slot)",
+            ));
+        }
+        if self.max_delay.is_some() {
+            return Err(PolicyError::ConcurrencyField(
+                "max_delay is not used by concurrency",
+            ));
+        }
+        let lease = match &self.lease {
+            Some(text) => parse_duration(text)?,
+            None => DEFAULT_LEASE,
+        };
+        let mut builder = Policy::builder(&self.name, self.algorithm, self.limit, lease)
+            .lease(lease)
+            .mode(self.mode)
+            .on_store_error(self.on_store_error);
+        if let Some(burst) = self.burst {
+            builder = builder.burst(burst);
+        }
+        builder.build()
+    }
+
     /// The spec of an existing policy (for `GET /v1/policies` and round trips).
     pub fn from_policy(policy: &Policy) -> Self {
         let fmt = |d: Duration| humantime::format_duration(d).to_string();
+        if let Some(lease) = policy.lease() {
+            return PolicySpec {
+                name: policy.name().to_owned(),
+                algorithm: policy.algorithm(),
+                limit: policy.limit(),
+                period: String::new(),
+                burst: None,
+                mode: policy.mode(),
+                max_delay: None,
+                on_store_error: policy.on_store_error(),
+                lease: Some(fmt(Duration::from_micros(lease))),
+            };
+        }
         PolicySpec {
             name: policy.name().to_owned(),
             algorithm: policy.algorithm(),
@@ -82,6 +138,7 @@ impl PolicySpec {
             mode: policy.mode(),
             max_delay: Some(fmt(Duration::from_micros(policy.max_delay()))),
             on_store_error: policy.on_store_error(),
+            lease: None,
         }
     }
 }

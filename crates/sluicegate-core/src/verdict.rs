@@ -87,6 +87,8 @@ impl Verdict {
                         .remaining
                         .saturating_add(cost)
                         .min(policy.capacity());
+                    // Nothing is consumed, so no lease is taken.
+                    decision.lease = 0;
                 }
                 let outcome = match (decision.allowed, enforcing(&policy)) {
                     (true, _) if decision.delay > 0 => Outcome::Delayed,
@@ -166,6 +168,7 @@ impl Verdict {
                     retry_after: (policy.on_store_error() == OnStoreError::Deny)
                         .then_some(1_000_000),
                     delay: 0,
+                    lease: 0,
                 },
                 policy: Arc::clone(policy),
                 outcome: Outcome::StoreError,
@@ -189,6 +192,22 @@ impl Verdict {
                 .filter(|d| !d.decision.allowed && d.policy.mode() != Mode::Shadow)
                 .max_by_key(|d| d.decision.retry_after)
         }
+    }
+
+    /// The leases this admitted verdict took on concurrency policies, for a request of
+    /// `cost` under one client `key` ([`CheckRequest`](crate::CheckRequest)); free them with
+    /// [`Store::release`](crate::Store::release) when the request ends. Empty when denied.
+    pub fn leases(&self, key: &str, cost: u64) -> Vec<crate::store::Lease> {
+        self.decisions
+            .iter()
+            .filter(|d| d.decision.lease != 0 && self.allowed)
+            .map(|d| crate::store::Lease {
+                policy: Arc::clone(&d.policy),
+                key: key.to_owned(),
+                expires_at: d.decision.lease,
+                cost,
+            })
+            .collect()
     }
 
     /// The longest `retry_after` among the enforcing policies that deny, µs.

@@ -8,7 +8,7 @@ use redis::Script;
 use redis::cluster_routing::Slot;
 use sluicegate_core::store::MAX_KEY_LEN;
 use sluicegate_core::{
-    BoxFuture, CheckRequest, KeyedCheck, Micros, Policy, Store, StoreError, Verdict,
+    BoxFuture, CheckRequest, KeyedCheck, Lease, Micros, Policy, Store, StoreError, Verdict,
 };
 use tokio::sync::{Notify, mpsc, oneshot};
 use tokio::task::JoinHandle;
@@ -439,6 +439,28 @@ impl Inner {
         .map(|_| ())
     }
 
+    /// Frees each lease with one `ZREM` of its member (see `concurrency.lua`): atomic on
+    /// its own, from any instance, and a no-op for a lease already freed or expired.
+    async fn release(&self, leases: &[Lease]) -> Result<(), StoreError> {
+        for lease in leases {
+            if lease.key.is_empty() || lease.key.len() > MAX_KEY_LEN {
+                return Err(StoreError::InvalidKey(lease.key.len()));
+            }
+            let state = state_key(&self.prefix, &lease.key, &lease.policy);
+            let member = format!("{}:{}", lease.expires_at, lease.cost);
+            self.link
+                .run(move |mut conn| async move {
+                    redis::cmd("ZREM")
+                        .arg(&state)
+                        .arg(&member)
+                        .query_async::<()>(&mut conn)
+                        .await
+                })
+                .await?;
+        }
+        Ok(())
+    }
+
     async fn reset(&self, policy: &Policy, key: &str) -> Result<(), StoreError> {
         if key.is_empty() || key.len() > MAX_KEY_LEN {
             return Err(StoreError::InvalidKey(key.len()));
@@ -493,6 +515,10 @@ impl Store for RedisStore {
         cost: u64,
     ) -> BoxFuture<'a, Result<(), StoreError>> {
         Box::pin(self.inner.refund(policies, key, cost, None))
+    }
+
+    fn release<'a>(&'a self, leases: &'a [Lease]) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(self.inner.release(leases))
     }
 
     fn reset<'a>(

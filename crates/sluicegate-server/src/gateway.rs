@@ -20,6 +20,8 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use tokio::net::TcpSocket;
 
+use sluicegate_middleware::LeaseBody;
+
 use crate::api::ApiError;
 use crate::state::AppState;
 
@@ -181,10 +183,14 @@ async fn proxy(
             peer.ip(),
         )
         .await;
+    // Concurrency leases are held until the response body ends or is dropped (the client
+    // went away), or freed here if the upstream fails.
+    let mut guard = None;
     if let Some(decision) = &decision {
         if !decision.is_allowed() {
             return decision.rejection().map(Body::new);
         }
+        guard = decision.lease_guard();
         decision.wait().await;
     }
     let (mut parts, body) = request.into_parts();
@@ -210,7 +216,7 @@ async fn proxy(
     if let Some(decision) = &decision {
         decision.write_headers(&mut parts.headers);
     }
-    Response::from_parts(parts, Body::new(body))
+    Response::from_parts(parts, Body::new(LeaseBody::new(body, guard)))
 }
 
 /// The upstream's scheme and authority, its base path, then the request's path and query.

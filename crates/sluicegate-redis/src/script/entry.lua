@@ -1,22 +1,23 @@
 -- The entry point: decides (or refunds) one or more requests, each under one or more
--- policies, in one atomic script call. Concatenated after common.lua and the six algorithm
+-- policies, in one atomic script call. Concatenated after common.lua and the seven algorithm
 -- files (see mod.rs).
 --
 -- KEYS: one state key per item (a policy of a request), in order.
 -- ARGV[1]  "" to read the time from the Redis server (TIME), or a test-only time in µs
 -- ARGV[2]  "check" or "refund"
 -- ARGV[3]  number of distinct policies P, then P times 6 fields:
---          algorithm (1..6), shadow (0/1), limit, period, burst, max_delay (-1: not delay mode)
+--          algorithm (1..7), shadow (0/1), limit, period, burst, max_delay (-1: not delay mode)
 --          (bucket algorithms receive limit and period divided by their gcd)
 -- then     the number of requests R, then per request: its number of items n, then n times
 --          2 fields: policy index (1..P), cost
 --
 -- A request goes ahead iff every enforcing (non-shadow) item admits it; then every item
 -- that admits it consumes; else nothing is consumed (sluicegate-core Verdict::combine).
--- Reply to "check": per item 5 integers: allowed (0/1), remaining, reset_after µs,
--- retry_after µs (-1: none), delay µs.
+-- Reply to "check": per item 6 integers: allowed (0/1), remaining, reset_after µs,
+-- retry_after µs (-1: none), delay µs, lease (concurrency: when the lease the item takes
+-- if the request goes ahead expires, µs since the epoch; else 0).
 
-local CONSTRUCTORS = { fixed_window, sliding_log, sliding_window, token_bucket, leaky_bucket, gcra }
+local CONSTRUCTORS = { fixed_window, sliding_log, sliding_window, token_bucket, leaky_bucket, gcra, concurrency }
 
 local now
 if ARGV[1] ~= '' then
@@ -93,13 +94,14 @@ for _ = 1, requests do
     local st = q.alg.load(key, q, now, text)
     items[i], costs[i], sts[i] = q, cost, st
     if check then
-      local ok, remaining, reset, retry, delay = q.alg.eval(q, st, now, cost)
+      local ok, remaining, reset, retry, delay, lease = q.alg.eval(q, st, now, cost)
       oks[i] = ok == 1
       if ok ~= 1 and not q.shadow then
         allowed = false
       end
       out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5] = ok, remaining, reset, retry, delay
-      o = o + 5
+      out[o + 6] = lease or 0
+      o = o + 6
     end
   end
   for i = 1, n do

@@ -13,7 +13,7 @@ use sluicegate_core::{Decision, Micros, Policy, StoreError, Verdict};
 
 use crate::range::Params;
 
-/// The entry script: shared helpers, the six algorithms, the dispatcher.
+/// The entry script: shared helpers, the seven algorithms, the dispatcher.
 pub(crate) const SOURCE: &str = concat!(
     include_str!("common.lua"),
     "\n",
@@ -29,11 +29,13 @@ pub(crate) const SOURCE: &str = concat!(
     "\n",
     include_str!("gcra.lua"),
     "\n",
+    include_str!("concurrency.lua"),
+    "\n",
     include_str!("entry.lua"),
 );
 
 /// Integers the script returns per item of a check.
-const REPLY_WIDTH: usize = 5;
+const REPLY_WIDTH: usize = 6;
 
 /// The compiled entry script (its SHA1 is computed once).
 pub(crate) fn entry_script() -> Script {
@@ -137,6 +139,7 @@ pub(crate) fn verdicts(requests: &[&[Item]], reply: &[i64]) -> Result<Vec<Verdic
             let decision = if v[0] == 1 {
                 Decision {
                     delay: num(v[4])?,
+                    lease: num(v[5])?,
                     ..Decision::allow(limit, num(v[1])?, num(v[2])?)
                 }
             } else {
@@ -162,6 +165,7 @@ mod tests {
             "local function token_bucket",
             "local function leaky_bucket",
             "local function gcra",
+            "local function concurrency",
             "local CONSTRUCTORS",
             "MGET",
         ] {

@@ -48,6 +48,7 @@ const POLICY: &[&str] = &[
     "algorithm",
     "limit",
     "period",
+    "lease",
     "burst",
     "mode",
     "max_delay",

@@ -49,7 +49,16 @@ impl Reader<'_> {
         let name = self.required::<String>(t, "name", what, &span);
         let algorithm = self.required::<AlgorithmKind>(t, "algorithm", what, &span);
         let limit = self.required::<u64>(t, "limit", what, &span);
-        let period = self.required::<String>(t, "period", what, &span);
+        // Concurrency has a lease instead of a period (checked with the spec below).
+        let concurrency = algorithm
+            .as_ref()
+            .is_some_and(|a| a.get_ref().is_concurrency());
+        let period = if concurrency {
+            self.get::<String>(t, "period", what)
+        } else {
+            self.required::<String>(t, "period", what, &span)
+        };
+        let lease = self.get::<String>(t, "lease", what);
         let burst = self.get::<u64>(t, "burst", what);
         let mode = self.get::<Mode>(t, "mode", what);
         let max_delay = self.get::<String>(t, "max_delay", what);
@@ -102,15 +111,17 @@ impl Reader<'_> {
         {
             self.c.error(max_delay.span(), e.to_string());
         }
+        self.concurrency_fields(t, concurrency, lease.as_ref());
         if self.c_len() > before {
             return None;
         }
-        let (name, algorithm, limit, period) = (name?, algorithm?, limit?, period?);
+        let (name, algorithm, limit) = (name?, algorithm?, limit?);
         let spec = PolicySpec {
             name: name.get_ref().clone(),
             algorithm: algorithm.into_inner(),
             limit: *limit.get_ref(),
-            period: period.into_inner(),
+            period: period.map(Spanned::into_inner).unwrap_or_default(),
+            lease: lease.map(Spanned::into_inner),
             burst: burst.map(Spanned::into_inner),
             mode: mode.map(Spanned::into_inner).unwrap_or_default(),
             max_delay: max_delay.map(Spanned::into_inner),
@@ -122,6 +133,52 @@ impl Reader<'_> {
                 // Only the cross-field limits (overflow) are left at this point.
                 self.c.error(limit.span(), e.to_string());
                 None
+            }
+        }
+    }
+}
+
+impl Reader<'_> {
+    /// The fields that only one kind of policy has: `lease` (concurrency), `period`,
+    /// `burst` and `max_delay` (rate algorithms), each reported at its own line.
+    fn concurrency_fields(
+        &mut self,
+        t: &DeTable<'_>,
+        concurrency: bool,
+        lease: Option<&Spanned<String>>,
+    ) {
+        if let Some(lease) = lease {
+            if !concurrency {
+                self.c.error(
+                    lease.span(),
+                    "lease is for algorithm \"concurrency\" only".to_owned(),
+                );
+            } else {
+                match parse_duration(lease.get_ref()) {
+                    Ok(d) if d.as_micros() == 0 => self
+                        .c
+                        .error(lease.span(), "lease must be at least 1µs".to_owned()),
+                    Ok(_) => {}
+                    Err(e) => self.c.error(lease.span(), e.to_string()),
+                }
+            }
+        }
+        if !concurrency {
+            return;
+        }
+        for (field, why) in [
+            (
+                "period",
+                "concurrency has no period: set lease (how long an unreleased request holds its slot)",
+            ),
+            (
+                "burst",
+                "burst is not used by concurrency: limit is the number in flight",
+            ),
+            ("max_delay", "max_delay is not used by concurrency"),
+        ] {
+            if let Some(value) = t.get(field) {
+                self.c.error(value.span(), why.to_owned());
             }
         }
     }
