@@ -7,6 +7,7 @@ use std::time::Duration;
 use ipnet::IpNet;
 use sluicegate_core::{NoObserver, Policy, PolicyError, PolicySpec, Store, VerdictObserver};
 
+use crate::access::AccessList;
 use crate::headers::HeaderSet;
 use crate::identity::{ClientIdentity, KeyExtractor, RouteKey};
 use crate::limiter::RateLimiter;
@@ -61,6 +62,7 @@ pub struct RateLimiterBuilder {
     observer: Arc<dyn VerdictObserver>,
     extractor: Arc<dyn KeyExtractor>,
     store_timeout: Option<Duration>,
+    access: AccessList,
 }
 
 impl RateLimiterBuilder {
@@ -76,6 +78,7 @@ impl RateLimiterBuilder {
             observer: Arc::new(NoObserver),
             extractor: Arc::new(RouteKey),
             store_timeout: None,
+            access: AccessList::default(),
         }
     }
 
@@ -127,6 +130,12 @@ impl RateLimiterBuilder {
         self
     }
 
+    /// Clients never limited (`allow`) and always refused with 403 (`deny`), on every route.
+    pub fn access(mut self, allow: Vec<IpNet>, deny: Vec<IpNet>) -> Self {
+        self.access = AccessList::new(allow, deny);
+        self
+    }
+
     /// Which rate-limit header sets to send (default `draft-6` and `ietf`).
     pub fn headers(mut self, sets: &[HeaderSet]) -> Self {
         self.header_sets = sets.to_vec();
@@ -170,6 +179,7 @@ impl RateLimiterBuilder {
             self.observer,
         )
         .with_key_extractor(self.extractor)
-        .with_store_timeout(self.store_timeout))
+        .with_store_timeout(self.store_timeout)
+        .with_access(self.access))
     }
 }

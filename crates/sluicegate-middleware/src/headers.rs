@@ -319,6 +319,22 @@ pub fn rejection_response(
     response
 }
 
+/// The answer to a client on a deny list: `403`, JSON `{"error": "forbidden", "message": …}`,
+/// not cacheable (the lists change with the configuration).
+pub fn forbidden_response() -> Response<Full<Bytes>> {
+    const BODY: &str =
+        r#"{"error":"forbidden","message":"this client is not allowed to use this service"}"#;
+    let mut response = Response::new(Full::new(Bytes::from_static(BODY.as_bytes())));
+    *response.status_mut() = StatusCode::FORBIDDEN;
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    response
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -72,10 +72,12 @@ impl ClientIdentity {
     /// `unknown` or obfuscated), the walk stops at the last trusted hop. IPv4-mapped IPv6
     /// addresses count as IPv4; IPv6 addresses are cut to [`ipv6_prefix`](Self::ipv6_prefix).
     pub fn client_ip(&self, peer: IpAddr, headers: &HeaderMap) -> IpAddr {
-        self.mask(self.unmasked_client_ip(peer, headers))
+        self.mask(self.client_addr(peer, headers))
     }
 
-    fn unmasked_client_ip(&self, peer: IpAddr, headers: &HeaderMap) -> IpAddr {
+    /// The client's address as [`client_ip`](Self::client_ip) finds it, before IPv6 is cut
+    /// to the prefix: what allow and deny lists match.
+    pub fn client_addr(&self, peer: IpAddr, headers: &HeaderMap) -> IpAddr {
         let mut current = canonical(peer);
         if !self.is_trusted(current) {
             return current;
@@ -233,6 +235,8 @@ pub struct KeyContext<'a> {
     pub method: &'a Method,
     /// The request path.
     pub path: &'a str,
+    /// The query string, without the `?`, if the request has one.
+    pub query: Option<&'a str>,
     /// The request headers.
     pub headers: &'a HeaderMap,
     /// The TCP peer.
@@ -280,28 +284,64 @@ impl KeyExtractor for RouteKey {
     }
 }
 
-/// The key of `spec` for a request (see [`RouteKey`]).
+/// The key of `spec` for a request (see [`RouteKey`]). A request without the header,
+/// query parameter or cookie the spec names (or whose key would be over 1024 bytes) is
+/// keyed by IP; a composite is keyed by IP when any of its parts is missing.
 pub fn route_key(spec: &KeySpec, request: &KeyContext<'_>) -> String {
+    let ip_key = || request.identity.ip_key(request.client_ip);
+    let key = match spec {
+        KeySpec::Composite(parts) => composite_key(parts, request),
+        part => part_key(part, request),
+    };
+    key.filter(|k| k.len() <= MAX_KEY_LEN)
+        .unwrap_or_else(ip_key)
+}
+
+/// One part's key, prefixed by its kind so that no value can name another kind's state
+/// (a header value is never an IP key); `None` when the request lacks it.
+fn part_key(spec: &KeySpec, request: &KeyContext<'_>) -> Option<String> {
     match spec {
-        KeySpec::Global => "global".to_owned(),
+        KeySpec::Ip => Some(request.identity.ip_key(request.client_ip)),
+        KeySpec::Global => Some("global".to_owned()),
         KeySpec::Header(name) => {
             let value = request
                 .headers
                 .get(name)
                 .and_then(|v| v.to_str().ok())
                 .map(str::trim)
-                .filter(|v| !v.is_empty());
-            match value {
-                Some(value)
-                    if "header:".len() + name.as_str().len() + 1 + value.len() <= MAX_KEY_LEN =>
-                {
-                    format!("header:{}:{value}", name.as_str())
-                }
-                _ => request.identity.ip_key(request.client_ip),
-            }
+                .filter(|v| !v.is_empty())?;
+            Some(format!("header:{}:{value}", name.as_str()))
         }
-        KeySpec::Ip => request.identity.ip_key(request.client_ip),
+        KeySpec::Query(name) => {
+            let value = crate::key::query_value(request.query?, name)?;
+            Some(format!("query:{name}:{value}"))
+        }
+        KeySpec::Cookie(name) => {
+            let lines = request
+                .headers
+                .get_all(http::header::COOKIE)
+                .into_iter()
+                .filter_map(|v| v.to_str().ok());
+            let value = crate::key::cookie_value(lines, name)?;
+            Some(format!("cookie:{name}:{value}"))
+        }
+        KeySpec::Composite(_) => None,
     }
+}
+
+/// The parts' keys joined by `+`, each escaped so that the join is unambiguous.
+fn composite_key(parts: &[KeySpec], request: &KeyContext<'_>) -> Option<String> {
+    let mut out = String::new();
+    for (i, part) in parts.iter().enumerate() {
+        if i > 0 {
+            out.push('+');
+        }
+        crate::key::escape_part(&part_key(part, request)?, &mut out);
+        if out.len() > MAX_KEY_LEN {
+            return None;
+        }
+    }
+    Some(out)
 }
 
 #[cfg(test)]
@@ -408,6 +448,7 @@ mod tests {
                 &KeyContext {
                     method: &Method::GET,
                     path: "/",
+                    query: Some("api_key=q%2B1&x=2"),
                     headers,
                     peer: ip("192.0.2.1"),
                     client_ip: ip("192.0.2.1"),
@@ -420,5 +461,50 @@ mod tests {
         assert_eq!(ctx(&headers), "header:x-api-key:abc");
         headers.insert("x-api-key", "x".repeat(2000).parse().unwrap());
         assert_eq!(ctx(&headers), "ip:192.0.2.1");
+    }
+
+    #[test]
+    fn query_cookie_and_composite_keys() {
+        let id = identity();
+        let mut headers = HeaderMap::new();
+        headers.insert("cookie", "sid=s1; theme=dark".parse().unwrap());
+        headers.insert("x-api-key", "k+1".parse().unwrap());
+        let key = |spec: &str, query: Option<&str>, headers: &HeaderMap| {
+            route_key(
+                &spec.parse().unwrap(),
+                &KeyContext {
+                    method: &Method::GET,
+                    path: "/",
+                    query,
+                    headers,
+                    peer: ip("192.0.2.1"),
+                    client_ip: ip("192.0.2.1"),
+                    identity: &id,
+                },
+            )
+        };
+        assert_eq!(
+            key("query:api_key", Some("api_key=%61b"), &headers),
+            "query:api_key:ab"
+        );
+        assert_eq!(key("query:api_key", None, &headers), "ip:192.0.2.1");
+        assert_eq!(key("cookie:sid", None, &headers), "cookie:sid:s1");
+        assert_eq!(key("cookie:nope", None, &headers), "ip:192.0.2.1");
+        assert_eq!(
+            key("ip+header:x-api-key", None, &headers),
+            "ip:192.0.2.1+header:x-api-key:k%2B1"
+        );
+        assert_eq!(
+            key("cookie:sid+query:t", Some("t=a%2Bb"), &headers),
+            "cookie:sid:s1+query:t:a%2Bb"
+        );
+        // Any part missing: keyed by IP.
+        assert_eq!(key("ip+query:t", None, &headers), "ip:192.0.2.1");
+        // Bounded: a composite over 1024 bytes falls back to the IP key.
+        let long = format!("t={}", "x".repeat(1020));
+        assert_eq!(
+            key("cookie:sid+query:t", Some(&long), &headers),
+            "ip:192.0.2.1"
+        );
     }
 }

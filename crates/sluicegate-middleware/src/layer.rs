@@ -128,7 +128,7 @@ where
             let decision = limiter
                 .check(
                     request.method(),
-                    request.uri().path(),
+                    request.uri().path_and_query().map_or("/", |p| p.as_str()),
                     request.headers(),
                     peer,
                 )

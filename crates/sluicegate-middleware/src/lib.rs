@@ -5,7 +5,8 @@
 //! - [`route`]: which requests are limited ([`RouteSpec`] = a `[[routes]]` table; the
 //!   longest path prefix wins; methods and exact header conditions select tiers).
 //! - [`identity`]: the client IP behind trusted proxies ([`ClientIdentity`]) and the
-//!   client key of a route (`ip`, `header:<name>`, `global`, or your [`KeyExtractor`]).
+//!   client key of a route (`ip`, `header:<name>`, `query:<name>`, `cookie:<name>`,
+//!   `global`, composites joined by `+`, or your [`KeyExtractor`]).
 //! - [`headers`]: the `draft-6`, `ietf` (Structured Fields) and `legacy` rate-limit
 //!   headers, `Retry-After`, and the 429 JSON response.
 //! - [`RateLimiter`]: route → key → store → `on_store_error` → observer → decision;
@@ -35,16 +36,19 @@
 
 #![warn(missing_docs)]
 
+pub mod access;
 pub mod builder;
 pub mod handle;
 pub mod headers;
 pub mod identity;
+pub mod key;
 pub mod layer;
 pub mod lease;
 pub mod limiter;
 pub mod metrics;
 pub mod route;
 
+pub use access::{Access, AccessList};
 pub use builder::{BuildError, RateLimiterBuilder};
 pub use handle::LimiterHandle;
 pub use headers::{HeaderSet, RejectionBody};

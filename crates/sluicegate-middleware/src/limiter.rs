@@ -13,6 +13,7 @@ use http_body_util::Full;
 use sluicegate_core::store::MAX_KEY_LEN;
 use sluicegate_core::{CheckRequest, Outcome, Policy, Store, StoreError, Verdict, VerdictObserver};
 
+use crate::access::{ACCESS_TOTAL, Access, AccessList};
 use crate::builder::RateLimiterBuilder;
 use crate::headers::{self, HeaderSet};
 use crate::identity::{ClientIdentity, KeyContext, KeyExtractor, RouteKey};
@@ -58,6 +59,7 @@ pub struct RateLimiter {
     extractor: Arc<dyn KeyExtractor>,
     store_timeout: Option<Duration>,
     last_store_warning: AtomicU64,
+    access: AccessList,
 }
 
 impl std::fmt::Debug for RateLimiter {
@@ -95,7 +97,19 @@ impl RateLimiter {
             extractor: Arc::new(RouteKey),
             store_timeout: None,
             last_store_warning: AtomicU64::new(0),
+            access: AccessList::default(),
         }
+    }
+
+    /// Sets the server-wide allow and deny lists (see [`AccessList`]).
+    pub fn with_access(mut self, access: AccessList) -> RateLimiter {
+        self.access = access;
+        self
+    }
+
+    /// The server-wide allow and deny lists.
+    pub fn access(&self) -> &AccessList {
+        &self.access
     }
 
     /// Replaces the key extractor (default: [`RouteKey`], the route's `key`).
@@ -128,22 +142,44 @@ impl RateLimiter {
         &self.header_sets
     }
 
-    /// Decides one request: `None` when no route matches (or the key extractor declines),
-    /// else a decision that consumed from the store if it admits the request.
+    /// Decides one request: `None` when no route matches, the key extractor declines, or
+    /// the client is on an allow list; else a decision that consumed from the store if it
+    /// admits the request. A client on a deny list gets a refused decision whose
+    /// [`rejection`](RateLimitDecision::rejection) is `403 forbidden`.
     ///
-    /// `peer` is the TCP peer; forwarded headers count only when it is a trusted proxy.
+    /// `target` is the path, optionally followed by `?` and the query (which only
+    /// `query:<name>` keys read). `peer` is the TCP peer; forwarded headers count only when
+    /// it is a trusted proxy.
     pub async fn check(
         &self,
         method: &Method,
-        path: &str,
+        target: &str,
         headers: &HeaderMap,
         peer: IpAddr,
     ) -> Option<RateLimitDecision> {
-        let route = self.routes.find(method, path, headers)?;
-        let client_ip = self.identity.client_ip(peer, headers);
+        let (path, query) = match target.split_once('?') {
+            Some((path, query)) => (path, Some(query)),
+            None => (target, None),
+        };
+        let route = self.routes.find(method, path, headers);
+        let addr = self.identity.client_addr(peer, headers);
+        match self.access.judge(addr, route.and_then(Route::access)) {
+            Access::Limited => {}
+            Access::Allowed => {
+                metrics::counter!(ACCESS_TOTAL, "list" => "allow").increment(1);
+                return None;
+            }
+            Access::Denied => {
+                metrics::counter!(ACCESS_TOTAL, "list" => "deny").increment(1);
+                return Some(self.forbidden(route, addr));
+            }
+        }
+        let route = route?;
+        let client_ip = self.identity.mask(addr);
         let context = KeyContext {
             method,
             path,
+            query,
             headers,
             peer,
             client_ip,
@@ -154,6 +190,23 @@ impl RateLimiter {
             key = self.identity.ip_key(client_ip);
         }
         Some(self.check_key(route, key).await)
+    }
+
+    /// The decision for a client on a deny list: nothing asked of the store.
+    fn forbidden(&self, route: Option<&Route>, addr: IpAddr) -> RateLimitDecision {
+        RateLimitDecision {
+            verdict: Verdict {
+                allowed: false,
+                delay: 0,
+                decisions: Vec::new(),
+            },
+            key: self.identity.ip_key(self.identity.mask(addr)),
+            route_path: route.map_or_else(|| Arc::from(""), |r| Arc::clone(r.path_arc())),
+            policy_field: None,
+            store: Arc::clone(&self.store),
+            header_sets: Arc::clone(&self.header_sets),
+            forbidden: true,
+        }
     }
 
     /// Decides a request on `route` for an already formed client `key` (1 to 1024 bytes:
@@ -192,6 +245,7 @@ impl RateLimiter {
             policy_field: route.policy_field().cloned(),
             store: Arc::clone(&self.store),
             header_sets: Arc::clone(&self.header_sets),
+            forbidden: false,
         }
     }
 
@@ -227,6 +281,7 @@ pub struct RateLimitDecision {
     policy_field: Option<HeaderValue>,
     store: Arc<dyn Store>,
     header_sets: Arc<[HeaderSet]>,
+    forbidden: bool,
 }
 
 impl std::fmt::Debug for RateLimitDecision {
@@ -243,6 +298,10 @@ impl RateLimitDecision {
     /// Whether the request may go ahead (after [`delay`](Self::delay)).
     pub fn is_allowed(&self) -> bool {
         self.verdict.allowed
+    }
+    /// Whether the client is on a deny list (the verdict then has no decisions).
+    pub fn is_forbidden(&self) -> bool {
+        self.forbidden
     }
     /// How long the request must wait for its reserved slot (delay mode).
     pub fn delay(&self) -> Duration {
@@ -277,6 +336,9 @@ impl RateLimitDecision {
 
     /// Writes the configured rate-limit headers (and `Retry-After` on a rejection).
     pub fn write_headers(&self, headers: &mut HeaderMap) {
+        if self.forbidden {
+            return;
+        }
         headers::write_headers_cached(
             &self.header_sets,
             &self.verdict,
@@ -290,8 +352,12 @@ impl RateLimitDecision {
         self.rejection_with_status(StatusCode::TOO_MANY_REQUESTS)
     }
 
-    /// The rejection with another status (forward-auth for nginx needs 401 or 403).
+    /// The rejection with another status (forward-auth for nginx needs 401 or 403). A
+    /// client on a deny list is always answered `403 forbidden`.
     pub fn rejection_with_status(&self, status: StatusCode) -> Response<Full<Bytes>> {
+        if self.forbidden {
+            return headers::forbidden_response();
+        }
         headers::rejection_response(&self.header_sets, &self.verdict, status)
     }
 

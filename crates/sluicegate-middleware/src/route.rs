@@ -23,18 +23,28 @@ use std::str::FromStr;
 use std::sync::Arc;
 
 use http::{HeaderMap, HeaderName, HeaderValue, Method};
+use ipnet::IpNet;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use sluicegate_core::Policy;
 
+use crate::access::AccessList;
+
 /// How a route turns a request into a client key.
 ///
-/// Parsed from (and written as) `"ip"`, `"header:<name>"` or `"global"`.
+/// Parsed from (and written as) `"ip"`, `"header:<name>"`, `"query:<name>"`,
+/// `"cookie:<name>"`, `"global"`, or several of the first four joined by `+`
+/// (`"ip+header:x-api-key"`).
 ///
 /// ```
 /// use sluicegate_middleware::KeySpec;
 /// assert_eq!("ip".parse::<KeySpec>().unwrap(), KeySpec::Ip);
 /// assert_eq!("header:X-Api-Key".parse::<KeySpec>().unwrap().to_string(), "header:x-api-key");
-/// assert!("cookie:session".parse::<KeySpec>().is_err());
+/// assert_eq!("cookie:session".parse::<KeySpec>().unwrap(), KeySpec::Cookie("session".into()));
+/// let both = "ip+query:api_key".parse::<KeySpec>().unwrap();
+/// assert_eq!(both, KeySpec::Composite(vec![KeySpec::Ip, KeySpec::Query("api_key".into())]));
+/// assert_eq!(both.to_string(), "ip+query:api_key");
+/// assert!("cookie".parse::<KeySpec>().is_err());
+/// assert!("global+ip".parse::<KeySpec>().is_err());
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub enum KeySpec {
@@ -43,23 +53,57 @@ pub enum KeySpec {
     Ip,
     /// The value of this header; requests without it are keyed by IP.
     Header(HeaderName),
+    /// The value of this query parameter (percent-decoded); requests without it are keyed by IP.
+    Query(String),
+    /// The value of this cookie; requests without it are keyed by IP.
+    Cookie(String),
     /// One key shared by every client.
     Global,
+    /// Several of `Ip`, `Header`, `Query`, `Cookie` together (2 to 8, each at most once):
+    /// one state per combination. A request missing any part is keyed by IP.
+    Composite(Vec<KeySpec>),
+}
+
+impl KeySpec {
+    fn parse_part(s: &str) -> Option<KeySpec> {
+        let (kind, name) = s.split_once(':').unwrap_or((s, ""));
+        match (kind, name) {
+            ("ip", "") => Some(KeySpec::Ip),
+            ("global", "") => Some(KeySpec::Global),
+            ("header", name) => HeaderName::from_bytes(name.trim().as_bytes())
+                .ok()
+                .map(KeySpec::Header),
+            ("query", name) if crate::key::valid_name(name) => {
+                Some(KeySpec::Query(name.to_owned()))
+            }
+            ("cookie", name) if crate::key::valid_name(name) => {
+                Some(KeySpec::Cookie(name.to_owned()))
+            }
+            _ => None,
+        }
+    }
 }
 
 impl FromStr for KeySpec {
     type Err = RouteError;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "ip" => Ok(KeySpec::Ip),
-            "global" => Ok(KeySpec::Global),
-            _ => match s.strip_prefix("header:") {
-                Some(name) => HeaderName::from_bytes(name.trim().as_bytes())
-                    .map(KeySpec::Header)
-                    .map_err(|_| RouteError::InvalidKey(s.to_owned())),
-                None => Err(RouteError::InvalidKey(s.to_owned())),
-            },
+        let invalid = || RouteError::InvalidKey(s.to_owned());
+        if !s.contains('+') {
+            return KeySpec::parse_part(s).ok_or_else(invalid);
         }
+        let mut parts: Vec<KeySpec> = Vec::new();
+        for text in s.split('+') {
+            let part = KeySpec::parse_part(text.trim()).ok_or_else(invalid)?;
+            // `global` joined with anything is just the other part; a repeated part adds nothing.
+            if part == KeySpec::Global || parts.contains(&part) {
+                return Err(invalid());
+            }
+            parts.push(part);
+        }
+        if parts.len() > crate::key::MAX_PARTS {
+            return Err(invalid());
+        }
+        Ok(KeySpec::Composite(parts))
     }
 }
 
@@ -68,7 +112,18 @@ impl fmt::Display for KeySpec {
         match self {
             KeySpec::Ip => f.write_str("ip"),
             KeySpec::Header(name) => write!(f, "header:{name}"),
+            KeySpec::Query(name) => write!(f, "query:{name}"),
+            KeySpec::Cookie(name) => write!(f, "cookie:{name}"),
             KeySpec::Global => f.write_str("global"),
+            KeySpec::Composite(parts) => {
+                for (i, part) in parts.iter().enumerate() {
+                    if i > 0 {
+                        f.write_str("+")?;
+                    }
+                    write!(f, "{part}")?;
+                }
+                Ok(())
+            }
         }
     }
 }
@@ -112,6 +167,12 @@ pub struct RouteSpec {
     /// How clients are told apart.
     #[serde(default)]
     pub key: KeySpec,
+    /// Clients (CIDRs) never limited on this route, besides the server's `allow`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allow: Vec<IpNet>,
+    /// Clients (CIDRs) always refused (403) on this route, besides the server's `deny`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub deny: Vec<IpNet>,
 }
 
 impl RouteSpec {
@@ -123,6 +184,8 @@ impl RouteSpec {
             headers: BTreeMap::new(),
             policies: policies.iter().map(|p| (*p).to_owned()).collect(),
             key: KeySpec::Ip,
+            allow: Vec::new(),
+            deny: Vec::new(),
         }
     }
 
@@ -141,6 +204,13 @@ impl RouteSpec {
     /// Sets the key.
     pub fn key(mut self, key: KeySpec) -> Self {
         self.key = key;
+        self
+    }
+
+    /// Sets the route's allow and deny lists (see [`AccessList`]).
+    pub fn access(mut self, allow: Vec<IpNet>, deny: Vec<IpNet>) -> Self {
+        self.allow = allow;
+        self.deny = deny;
         self
     }
 }
@@ -191,8 +261,11 @@ pub enum RouteError {
         /// Header value.
         value: String,
     },
-    /// A key that is not `ip`, `header:<name>` or `global`.
-    #[error("invalid key {0:?}; expected \"ip\", \"header:<name>\" or \"global\"")]
+    /// A key that is not `ip`, `header:<name>`, `query:<name>`, `cookie:<name>`, `global`
+    /// or a composite of up to 8 distinct non-global parts joined by `+`.
+    #[error(
+        "invalid key {0:?}; expected \"ip\", \"header:<name>\", \"query:<name>\", \"cookie:<name>\", \"global\", or up to 8 of the others joined by \"+\" (e.g. \"ip+header:x-api-key\")"
+    )]
     InvalidKey(String),
 }
 
@@ -206,6 +279,7 @@ pub struct Route {
     key: KeySpec,
     index: usize,
     policy_field: Option<HeaderValue>,
+    access: Option<AccessList>,
 }
 
 impl Route {
@@ -274,6 +348,8 @@ impl Route {
             policies: policies.into(),
             key: spec.key.clone(),
             index,
+            access: (!spec.allow.is_empty() || !spec.deny.is_empty())
+                .then(|| AccessList::new(spec.allow.clone(), spec.deny.clone())),
         })
     }
 
@@ -300,6 +376,10 @@ impl Route {
     /// How the client key is formed.
     pub fn key(&self) -> &KeySpec {
         &self.key
+    }
+    /// The route's own allow and deny lists, if it has any.
+    pub fn access(&self) -> Option<&AccessList> {
+        self.access.as_ref()
     }
     /// Its `RateLimit-Policy` header value (the `ietf` set), computed once.
     pub fn policy_field(&self) -> Option<&HeaderValue> {
@@ -502,7 +582,7 @@ mod tests {
         );
         assert_eq!(all.iter().map(|(i, _)| *i).collect::<Vec<_>>(), [1, 2]);
         let bad_key: Result<RouteSpec, _> =
-            serde_json::from_str(r#"{"path": "/", "policies": ["a"], "key": "cookie"}"#);
+            serde_json::from_str(r#"{"path": "/", "policies": ["a"], "key": "cookie:"}"#);
         assert!(bad_key.is_err());
     }
 }

@@ -35,6 +35,7 @@ const METHOD_HEADERS: [&str; 2] = ["x-original-method", "x-forwarded-method"];
     responses(
         (status = 200, description = "Admitted, or no route matches"),
         (status = 400, description = "Neither X-Original-URI nor X-Forwarded-Uri, or an invalid one", body = crate::api::ErrorBody),
+        (status = 403, description = "The client is on a deny list (server.deny or the route's deny)", body = crate::api::ErrorBody),
         (status = 429, description = "Rejected (the status is server.forward_auth_deny_status)")))]
 pub async fn forward_auth(
     State(state): State<AppState>,
@@ -70,7 +71,8 @@ pub async fn forward_auth(
     response
 }
 
-/// The path of the original request (its query is not part of route matching).
+/// The path and query of the original request (the query is not part of route matching;
+/// only `query:<name>` keys read it).
 fn original_path(headers: &HeaderMap) -> Result<String, ApiError> {
     let Some(value) = URI_HEADERS.iter().find_map(|h| headers.get(*h)) else {
         return Err(ApiError::invalid(
@@ -83,7 +85,11 @@ fn original_path(headers: &HeaderMap) -> Result<String, ApiError> {
         .and_then(|v| v.parse().ok())
         .ok_or_else(|| ApiError::invalid("the original URI header is not a valid URI"))?;
     let path = uri.path();
-    Ok(if path.is_empty() { "/" } else { path }.to_owned())
+    let path = if path.is_empty() { "/" } else { path };
+    Ok(match uri.query() {
+        Some(query) => format!("{path}?{query}"),
+        None => path.to_owned(),
+    })
 }
 
 fn original_method(headers: &HeaderMap, own: Method) -> Result<Method, ApiError> {

@@ -178,7 +178,7 @@ async fn proxy(
         .limiter
         .check(
             request.method(),
-            request.uri().path(),
+            request.uri().path_and_query().map_or("/", |p| p.as_str()),
             request.headers(),
             peer.ip(),
         )

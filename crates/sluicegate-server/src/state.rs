@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use arc_swap::ArcSwap;
 use sluicegate_core::{MemoryStore, Policy, Store, VerdictObserver};
-use sluicegate_middleware::{ClientIdentity, HeaderSet, RateLimiter, RouteTable};
+use sluicegate_middleware::{AccessList, ClientIdentity, HeaderSet, RateLimiter, RouteTable};
 
 use crate::config::Config;
 
@@ -42,7 +42,9 @@ impl Runtime {
             config.server.ipv6_prefix,
         );
         let header_sets = config.server.headers.clone();
-        let limiter = RateLimiter::new(store, routes, identity, header_sets.clone(), observer);
+        let access = AccessList::new(config.server.allow.clone(), config.server.deny.clone());
+        let limiter = RateLimiter::new(store, routes, identity, header_sets.clone(), observer)
+            .with_access(access);
         Ok(Runtime {
             config,
             header_sets,

@@ -53,6 +53,10 @@ pub struct ServerConfig {
     pub headers: Vec<HeaderSet>,
     /// Status of a denied forward-auth request.
     pub forward_auth_deny_status: u16,
+    /// Clients (CIDRs) never limited.
+    pub allow: Vec<IpNet>,
+    /// Clients (CIDRs) always refused with 403 `forbidden`.
+    pub deny: Vec<IpNet>,
 }
 
 /// `[store] backend`.

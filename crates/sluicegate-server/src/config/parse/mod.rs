@@ -34,6 +34,8 @@ const SERVER: &[&str] = &[
     "admin_token",
     "headers",
     "forward_auth_deny_status",
+    "allow",
+    "deny",
 ];
 const STORE: &[&str] = &[
     "backend",
@@ -54,7 +56,9 @@ const POLICY: &[&str] = &[
     "max_delay",
     "on_store_error",
 ];
-const ROUTE: &[&str] = &["path", "methods", "headers", "policies", "key"];
+const ROUTE: &[&str] = &[
+    "path", "methods", "headers", "policies", "key", "allow", "deny",
+];
 const GATEWAY: &[&str] = &["listen", "upstream"];
 const ENVOY: &[&str] = &["listen", "config", "algorithm", "rules"];
 

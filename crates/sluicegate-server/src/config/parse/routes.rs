@@ -120,12 +120,14 @@ impl Reader<'_> {
                 Err(_) => self.c.error(
                     text.span(),
                     format!(
-                        "invalid key {:?}; expected ip, global or header:<name>",
+                        "invalid key {:?}; expected ip, global, header:<name>, query:<name>, cookie:<name>, or up to 8 of ip/header/query/cookie joined by + (e.g. \"ip+header:x-api-key\")",
                         text.get_ref()
                     ),
                 ),
             }
         }
+        let allow = self.cidrs(t, "allow", what).unwrap_or_default();
+        let deny = self.cidrs(t, "deny", what).unwrap_or_default();
         if self.c_len() > before
             || names
                 .iter()
@@ -139,6 +141,8 @@ impl Reader<'_> {
             headers,
             policies: names,
             key,
+            allow,
+            deny,
         };
         // The middleware has the last word on what a route is.
         let lookup = |name: &str| {

@@ -3,6 +3,29 @@
 use super::*;
 
 impl Reader<'_> {
+    /// A list of CIDRs (a bare address is a /32 or /128), each error with its position.
+    pub(super) fn cidrs(&mut self, t: &DeTable<'_>, field: &str, what: &str) -> Option<Vec<IpNet>> {
+        let list = self.get::<Vec<Spanned<String>>>(t, field, what)?;
+        let nets = list
+            .into_inner()
+            .into_iter()
+            .filter_map(|cidr| match parse_cidr(cidr.get_ref()) {
+                Some(net) => Some(net),
+                None => {
+                    self.c.error(
+                        cidr.span(),
+                        format!(
+                            "invalid CIDR {:?} in {field} (write e.g. \"10.0.0.0/8\" or \"::1\")",
+                            cidr.get_ref()
+                        ),
+                    );
+                    None
+                }
+            })
+            .collect();
+        Some(nets)
+    }
+
     pub(super) fn server(&mut self, table: Option<&DeTable<'_>>) -> Option<ServerConfig> {
         let mut server = ServerConfig {
             listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
@@ -11,6 +34,8 @@ impl Reader<'_> {
             admin_token: None,
             headers: HeaderSet::DEFAULT.to_vec(),
             forward_auth_deny_status: 429,
+            allow: Vec::new(),
+            deny: Vec::new(),
         };
         let Some(t) = table else {
             return Some(server);
@@ -20,24 +45,14 @@ impl Reader<'_> {
         if let Some(listen) = self.address(t, "listen", what) {
             server.listen = listen;
         }
-        if let Some(list) = self.get::<Vec<Spanned<String>>>(t, "trusted_proxies", what) {
-            server.trusted_proxies = list
-                .into_inner()
-                .into_iter()
-                .filter_map(|cidr| match parse_cidr(cidr.get_ref()) {
-                    Some(net) => Some(net),
-                    None => {
-                        self.c.error(
-                            cidr.span(),
-                            format!(
-                                "invalid CIDR {:?} in trusted_proxies (write e.g. \"10.0.0.0/8\" or \"::1\")",
-                                cidr.get_ref()
-                            ),
-                        );
-                        None
-                    }
-                })
-                .collect();
+        if let Some(list) = self.cidrs(t, "trusted_proxies", what) {
+            server.trusted_proxies = list;
+        }
+        if let Some(list) = self.cidrs(t, "allow", what) {
+            server.allow = list;
+        }
+        if let Some(list) = self.cidrs(t, "deny", what) {
+            server.deny = list;
         }
         if let Some(prefix) = self.get::<u64>(t, "ipv6_prefix", what) {
             if *prefix.get_ref() == 0 || *prefix.get_ref() > 128 {
