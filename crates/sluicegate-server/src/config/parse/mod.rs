@@ -76,6 +76,7 @@ pub(super) fn parse(text: &str, path: &Path) -> Result<Config, Diagnostics> {
     let mut r = Reader {
         c,
         defined: Vec::new(),
+        concurrency_uses: Vec::new(),
     };
     let root_span = root.span();
     let root = root.into_inner();
@@ -93,6 +94,9 @@ pub(super) fn parse(text: &str, path: &Path) -> Result<Config, Diagnostics> {
     let envoy = r
         .section(&root, "envoy")
         .map(|(t, _)| r.envoy(t, path, &policies));
+    if gateway.is_none() {
+        r.concurrency_without_gateway();
+    }
 
     if !r.c.is_empty() {
         return Err(r.c.finish(path));
@@ -116,6 +120,8 @@ struct Reader<'t> {
     c: Collector<'t>,
     /// Every policy name in the file, valid policy or not.
     defined: Vec<String>,
+    /// Where routes name a concurrency policy: `(span of the name, name)`.
+    concurrency_uses: Vec<(Range<usize>, String)>,
 }
 
 impl Reader<'_> {
