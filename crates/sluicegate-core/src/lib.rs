@@ -24,6 +24,7 @@
 
 pub mod algorithm;
 pub mod clock;
+pub mod decide;
 pub mod decision;
 pub mod memory;
 pub mod policy;
@@ -32,6 +33,7 @@ pub mod store;
 pub mod verdict;
 
 pub use clock::{Clock, ManualClock, Micros, SystemClock};
+pub use decide::{Decided, Decider, Timer};
 pub use decision::Decision;
 pub use memory::MemoryStore;
 pub use policy::{AlgorithmKind, Mode, OnStoreError, Policy, PolicyError};

@@ -112,6 +112,12 @@ pub enum Mode {
 }
 
 impl Mode {
+    /// Whether a denial under this mode refuses the request (reject, delay); a shadow
+    /// policy only reports what it would have done.
+    pub fn is_enforcing(self) -> bool {
+        self != Mode::Shadow
+    }
+
     /// The configuration name.
     pub fn name(self) -> &'static str {
         match self {
@@ -263,6 +269,11 @@ impl Policy {
     /// Over-limit behaviour.
     pub fn mode(&self) -> Mode {
         self.mode
+    }
+    /// Whether this policy's denial refuses the request: every mode but shadow. The one
+    /// definition every store, the middleware and the Envoy service use.
+    pub fn is_enforcing(&self) -> bool {
+        self.mode.is_enforcing()
     }
     /// Longest wait in delay mode, in microseconds.
     pub fn max_delay(&self) -> Micros {

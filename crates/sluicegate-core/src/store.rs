@@ -17,6 +17,31 @@ pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 /// Longest client key accepted, in bytes.
 pub const MAX_KEY_LEN: usize = 1024;
 
+/// The one key rule: 1 to [`MAX_KEY_LEN`] bytes. Every store, the middleware, the decision
+/// API and the simulator's trace reader apply this function, never their own comparison.
+///
+/// ```
+/// use sluicegate_core::store::{MAX_KEY_LEN, check_key};
+/// assert!(check_key("203.0.113.7").is_ok());
+/// assert!(check_key("").is_err());
+/// assert!(check_key(&"k".repeat(MAX_KEY_LEN + 1)).is_err());
+/// ```
+pub fn check_key(key: &str) -> Result<(), StoreError> {
+    if key.is_empty() || key.len() > MAX_KEY_LEN {
+        return Err(StoreError::InvalidKey(key.len()));
+    }
+    Ok(())
+}
+
+/// Names of the metrics every store records, whatever records them (the Redis store
+/// times its own calls; the server wraps the in-memory one).
+pub mod metric {
+    /// `sluicegate_store_duration_seconds`: time of one store call (histogram, label `store`).
+    pub const STORE_DURATION: &str = "sluicegate_store_duration_seconds";
+    /// `sluicegate_store_errors_total`: store calls that failed or timed out (label `store`).
+    pub const STORE_ERRORS: &str = "sluicegate_store_errors_total";
+}
+
 /// One request to decide: a client key under one or more policies.
 #[derive(Debug, Clone, Copy)]
 pub struct CheckRequest<'a> {
@@ -55,9 +80,7 @@ impl<'a> CheckRequest<'a> {
         if self.policies.is_empty() {
             return Err(StoreError::NoPolicy);
         }
-        if self.key.is_empty() || self.key.len() > MAX_KEY_LEN {
-            return Err(StoreError::InvalidKey(self.key.len()));
-        }
+        check_key(self.key)?;
         for (i, policy) in self.policies.iter().enumerate() {
             if self.policies[..i].iter().any(|p| p.name() == policy.name()) {
                 return Err(StoreError::DuplicatePolicy(policy.name().to_owned()));
@@ -118,9 +141,7 @@ impl<'a> KeyedCheck<'a> {
             return Err(StoreError::NoPolicy);
         }
         for (i, item) in items.iter().enumerate() {
-            if item.key.is_empty() || item.key.len() > MAX_KEY_LEN {
-                return Err(StoreError::InvalidKey(item.key.len()));
-            }
+            check_key(item.key)?;
             // One policy under two keys is two states (Envoy: one rule, two descriptor
             // values); under one key it would be decided twice against the same state.
             if items[..i]

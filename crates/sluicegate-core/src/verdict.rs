@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use crate::clock::Micros;
 use crate::decision::Decision;
-use crate::policy::{Mode, Policy};
+use crate::policy::Policy;
 
 /// How one policy judged a request, for metrics and logs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -29,6 +29,26 @@ pub enum Outcome {
 }
 
 impl Outcome {
+    /// How `decision` by `policy` is counted: the one place the outcome of a decided
+    /// policy is named (stores, the simulator and the Envoy service all call it).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use sluicegate_core::{AlgorithmKind, Decision, Mode, Outcome, Policy};
+    /// let shadow = Policy::builder("p", AlgorithmKind::Gcra, 1, Duration::from_secs(1))
+    ///     .mode(Mode::Shadow).build().unwrap();
+    /// assert_eq!(Outcome::of(&shadow, &Decision::deny(1, 0, 1, 1)), Outcome::ShadowDenied);
+    /// assert_eq!(Outcome::of(&shadow, &Decision::allow(1, 0, 1)), Outcome::Allowed);
+    /// ```
+    pub fn of(policy: &Policy, decision: &Decision) -> Outcome {
+        match (decision.allowed, policy.is_enforcing()) {
+            (true, _) if decision.delay > 0 => Outcome::Delayed,
+            (true, _) => Outcome::Allowed,
+            (false, true) => Outcome::Denied,
+            (false, false) => Outcome::ShadowDenied,
+        }
+    }
+
     /// The metric label: `allowed`, `denied`, `delayed`, `shadow_denied`, `store_error`.
     pub fn label(self) -> &'static str {
         match self {
@@ -63,22 +83,46 @@ pub struct Verdict {
     pub decisions: Vec<PolicyDecision>,
 }
 
+impl PolicyDecision {
+    /// Whether an enforcing policy refused the request (a shadow denial refuses nothing).
+    pub fn is_enforced_denial(&self) -> bool {
+        !self.decision.allowed && self.policy.is_enforcing()
+    }
+}
+
+/// The decision whose numbers describe a set of decisions: when `allowed`, the one with the
+/// fewest `remaining`; otherwise the enforcing denial with the longest `retry_after`.
+/// [`Verdict::deciding`] applies it to a whole verdict; the Envoy service to each descriptor.
+pub fn deciding<'a>(
+    decisions: impl IntoIterator<Item = &'a PolicyDecision>,
+    allowed: bool,
+) -> Option<&'a PolicyDecision> {
+    let decisions = decisions.into_iter();
+    if allowed {
+        decisions.min_by_key(|d| d.decision.remaining)
+    } else {
+        decisions
+            .filter(|d| d.is_enforced_denial())
+            .max_by_key(|d| d.decision.retry_after)
+    }
+}
+
 impl Verdict {
     /// Combines per-policy decisions `(policy, decision, cost)` (in request order) by the
-    /// all-or-nothing rule. Returns the verdict and, per policy, whether the store must
-    /// consume from it.
+    /// all-or-nothing rule. Which policies the store must consume from is
+    /// [`Verdict::consumes`].
     ///
     /// An admitting decision reports `remaining` as if its cost were taken; when the request
     /// is denied nothing is taken, so those policies get their `cost` back in `remaining`.
-    pub fn combine(decided: Vec<(Arc<Policy>, Decision, u64)>) -> (Verdict, Vec<bool>) {
-        let enforcing = |p: &Policy| p.mode() != Mode::Shadow;
-        let allowed = decided.iter().all(|(p, d, _)| d.allowed || !enforcing(p));
+    pub fn combine(decided: Vec<(Arc<Policy>, Decision, u64)>) -> Verdict {
+        let allowed = decided
+            .iter()
+            .all(|(p, d, _)| d.allowed || !p.is_enforcing());
         let delay = if allowed {
             decided.iter().map(|(_, d, _)| d.delay).max().unwrap_or(0)
         } else {
             0
         };
-        let mut consume = Vec::with_capacity(decided.len());
         let decisions = decided
             .into_iter()
             .map(|(policy, mut decision, cost)| {
@@ -90,32 +134,21 @@ impl Verdict {
                     // Nothing is consumed, so no lease is taken.
                     decision.lease = 0;
                 }
-                let outcome = match (decision.allowed, enforcing(&policy)) {
-                    (true, _) if decision.delay > 0 => Outcome::Delayed,
-                    (true, _) => Outcome::Allowed,
-                    (false, true) => Outcome::Denied,
-                    (false, false) => Outcome::ShadowDenied,
-                };
-                consume.push(allowed && decision.allowed);
                 PolicyDecision {
+                    outcome: Outcome::of(&policy, &decision),
                     policy,
                     decision,
-                    outcome,
                 }
             })
             .collect();
-        (
-            Verdict {
-                allowed,
-                delay,
-                decisions,
-            },
-            consume,
-        )
+        Verdict {
+            allowed,
+            delay,
+            decisions,
+        }
     }
 
-    /// [`Verdict::combine`] for one policy, with one allocation (the verdict's own):
-    /// returns the verdict and whether the store must consume.
+    /// [`Verdict::combine`] for one policy, with one allocation (the verdict's own).
     ///
     /// ```
     /// use std::{sync::Arc, time::Duration};
@@ -123,75 +156,69 @@ impl Verdict {
     /// let p = Arc::new(Policy::builder("p", AlgorithmKind::Gcra, 1, Duration::from_secs(1))
     ///     .mode(Mode::Shadow).build().unwrap());
     /// let denied = Decision::deny(1, 0, 10, 10);
-    /// let (verdict, consume) = Verdict::combine_one(Arc::clone(&p), denied);
-    /// assert!(verdict.allowed && !consume); // shadow: goes ahead, consumes nothing
-    /// assert_eq!((verdict, consume), {
-    ///     let (v, c) = Verdict::combine(vec![(p, denied, 1)]);
-    ///     (v, c[0])
-    /// });
+    /// let verdict = Verdict::combine_one(Arc::clone(&p), denied);
+    /// assert!(verdict.allowed && !verdict.consumes(0)); // shadow: goes ahead, consumes nothing
+    /// assert_eq!(verdict, Verdict::combine(vec![(p, denied, 1)]));
     /// ```
-    pub fn combine_one(policy: Arc<Policy>, decision: Decision) -> (Verdict, bool) {
-        let enforcing = policy.mode() != Mode::Shadow;
-        let allowed = decision.allowed || !enforcing;
-        let outcome = match (decision.allowed, enforcing) {
-            (true, _) if decision.delay > 0 => Outcome::Delayed,
-            (true, _) => Outcome::Allowed,
-            (false, true) => Outcome::Denied,
-            (false, false) => Outcome::ShadowDenied,
-        };
-        let verdict = Verdict {
+    pub fn combine_one(policy: Arc<Policy>, decision: Decision) -> Verdict {
+        let allowed = decision.allowed || !policy.is_enforcing();
+        Verdict {
             allowed,
             delay: if allowed { decision.delay } else { 0 },
             decisions: vec![PolicyDecision {
+                outcome: Outcome::of(&policy, &decision),
                 policy,
                 decision,
-                outcome,
             }],
-        };
-        (verdict, decision.allowed)
+        }
+    }
+
+    /// Whether the store must consume from the policy at `index`: the request goes ahead
+    /// and that policy admitted it (a shadow policy that would deny takes nothing).
+    pub fn consumes(&self, index: usize) -> bool {
+        self.allowed
+            && self
+                .decisions
+                .get(index)
+                .is_some_and(|d| d.decision.allowed)
     }
 
     /// The verdict when the store failed: every policy answers by its `on_store_error`.
     pub fn store_failed(policies: &[Arc<Policy>]) -> Verdict {
+        Verdict::store_failed_each(policies.iter())
+    }
+
+    /// [`Verdict::store_failed`] over any list of policies (one per keyed item).
+    pub fn store_failed_each<'a>(policies: impl Iterator<Item = &'a Arc<Policy>>) -> Verdict {
         use crate::policy::OnStoreError;
-        let allowed = policies
-            .iter()
-            .all(|p| p.on_store_error() == OnStoreError::Allow || p.mode() == Mode::Shadow);
-        let decisions = policies
-            .iter()
-            .map(|policy| PolicyDecision {
-                decision: Decision {
-                    allowed: policy.on_store_error() == OnStoreError::Allow,
-                    limit: policy.limit(),
-                    remaining: 0,
-                    reset_after: 0,
-                    retry_after: (policy.on_store_error() == OnStoreError::Deny)
-                        .then_some(1_000_000),
-                    delay: 0,
-                    lease: 0,
-                },
-                policy: Arc::clone(policy),
-                outcome: Outcome::StoreError,
+        let decisions: Vec<PolicyDecision> = policies
+            .map(|policy| {
+                let allow = policy.on_store_error() == OnStoreError::Allow;
+                PolicyDecision {
+                    decision: Decision {
+                        allowed: allow,
+                        limit: policy.limit(),
+                        remaining: 0,
+                        reset_after: 0,
+                        retry_after: (!allow).then_some(1_000_000),
+                        delay: 0,
+                        lease: 0,
+                    },
+                    policy: Arc::clone(policy),
+                    outcome: Outcome::StoreError,
+                }
             })
             .collect();
         Verdict {
-            allowed,
+            allowed: decisions.iter().all(|d| !d.is_enforced_denial()),
             delay: 0,
             decisions,
         }
     }
 
-    /// The policy whose numbers describe the verdict: on a denial the denying enforcing
-    /// policy with the longest `retry_after`; otherwise the one with the fewest `remaining`.
+    /// The policy whose numbers describe the verdict (see [`deciding`]).
     pub fn deciding(&self) -> Option<&PolicyDecision> {
-        if self.allowed {
-            self.decisions.iter().min_by_key(|d| d.decision.remaining)
-        } else {
-            self.decisions
-                .iter()
-                .filter(|d| !d.decision.allowed && d.policy.mode() != Mode::Shadow)
-                .max_by_key(|d| d.decision.retry_after)
-        }
+        deciding(&self.decisions, self.allowed)
     }
 
     /// The leases this admitted verdict took on concurrency policies, for a request of
@@ -264,23 +291,23 @@ mod tests {
 
     #[test]
     fn a_denial_gives_the_admitting_policies_their_cost_back() {
-        let (verdict, consume) = Verdict::combine(vec![
+        let verdict = Verdict::combine(vec![
             (policy("a"), Decision::allow(10, 6, 1), 3),
             (policy("b"), Decision::deny(10, 0, 1, 1), 3),
         ]);
         assert!(!verdict.allowed);
-        assert_eq!(consume, vec![false, false]);
+        assert!(!verdict.consumes(0) && !verdict.consumes(1));
         assert_eq!(verdict.decisions[0].decision.remaining, 9);
     }
 
     #[test]
     fn an_admission_keeps_remaining_as_evaluated() {
-        let (verdict, consume) = Verdict::combine(vec![
+        let verdict = Verdict::combine(vec![
             (policy("a"), Decision::allow(10, 6, 1), 3),
             (policy("b"), Decision::allow(10, 2, 1), 3),
         ]);
         assert!(verdict.allowed);
-        assert_eq!(consume, vec![true, true]);
+        assert!(verdict.consumes(0) && verdict.consumes(1));
         assert_eq!(verdict.deciding().unwrap().decision.remaining, 2);
     }
 }

@@ -7,25 +7,23 @@ use sluicegate_core::{
     AlgorithmKind, BoxFuture, CheckRequest, KeyedCheck, ManualClock, MemoryStore, Policy, Store,
     StoreError, Verdict,
 };
-
-fn policy(name: &str, limit: u64) -> Arc<Policy> {
-    Arc::new(
-        Policy::builder(
-            name,
-            AlgorithmKind::FixedWindow,
-            limit,
-            Duration::from_secs(60),
-        )
-        .build()
-        .unwrap(),
-    )
-}
+use sluicegate_testkit::shared_policy;
 
 #[test]
 fn a_denial_under_one_key_consumes_nothing_under_the_others() {
     let store = MemoryStore::with_clock(1000, ManualClock::new(120_000_000));
-    let per_ip = policy("per_ip", 5);
-    let per_path = policy("per_path", 1);
+    let per_ip = shared_policy(
+        "per_ip",
+        AlgorithmKind::FixedWindow,
+        5,
+        Duration::from_secs(60),
+    );
+    let per_path = shared_policy(
+        "per_path",
+        AlgorithmKind::FixedWindow,
+        1,
+        Duration::from_secs(60),
+    );
     let both = [
         KeyedCheck::new(&per_ip, "10.0.0.1", 1),
         KeyedCheck::new(&per_path, "/login", 1),
@@ -49,8 +47,8 @@ fn a_denial_under_one_key_consumes_nothing_under_the_others() {
 #[test]
 fn costs_are_per_item_and_validated() {
     let store = MemoryStore::with_clock(1000, ManualClock::new(120_000_000));
-    let a = policy("a", 10);
-    let b = policy("b", 3);
+    let a = shared_policy("a", AlgorithmKind::FixedWindow, 10, Duration::from_secs(60));
+    let b = shared_policy("b", AlgorithmKind::FixedWindow, 3, Duration::from_secs(60));
     let v = store
         .check_keyed_now(&[KeyedCheck::new(&a, "k", 7), KeyedCheck::new(&b, "k", 2)])
         .unwrap();
@@ -69,7 +67,12 @@ fn costs_are_per_item_and_validated() {
 #[test]
 fn one_policy_under_two_keys_is_all_or_nothing() {
     let store = MemoryStore::with_clock(1000, ManualClock::new(120_000_000));
-    let per_value = policy("per_value", 2);
+    let per_value = shared_policy(
+        "per_value",
+        AlgorithmKind::FixedWindow,
+        2,
+        Duration::from_secs(60),
+    );
     let full = [KeyedCheck::new(&per_value, "b", 2)];
     assert!(store.check_keyed_now(&full).unwrap().allowed);
     let both = [
@@ -125,8 +128,8 @@ impl Store for OnlyCheck {
 #[test]
 fn the_default_check_keyed_refuses_mixed_keys() {
     let store = OnlyCheck(MemoryStore::with_clock(1000, ManualClock::new(0)));
-    let a = policy("a", 10);
-    let b = policy("b", 10);
+    let a = shared_policy("a", AlgorithmKind::FixedWindow, 10, Duration::from_secs(60));
+    let b = shared_policy("b", AlgorithmKind::FixedWindow, 10, Duration::from_secs(60));
     let same = [KeyedCheck::new(&a, "k", 1), KeyedCheck::new(&b, "k", 1)];
     let mixed = [KeyedCheck::new(&a, "k", 1), KeyedCheck::new(&b, "j", 1)];
     let run = |items| futures_lite_block_on(store.check_keyed(items));

@@ -8,16 +8,9 @@ use std::time::Duration;
 use sluicegate_core::{
     AlgorithmKind, CheckRequest, Decision, KeyedCheck, ManualClock, MemoryStore, Mode, Policy,
 };
+use sluicegate_testkit::shared_policy;
 
 const T0: u64 = 1_700_000_000_000_000;
-
-fn policy(name: &str, kind: AlgorithmKind, limit: u64) -> Arc<Policy> {
-    Arc::new(
-        Policy::builder(name, kind, limit, Duration::from_secs(60))
-            .build()
-            .unwrap(),
-    )
-}
 
 fn peek(store: &MemoryStore<ManualClock>, policy: &Arc<Policy>, key: &str) -> Decision {
     let v = store
@@ -31,8 +24,13 @@ fn a_denial_changes_no_policy_sharing_the_key() {
     for kind in AlgorithmKind::ALL {
         let clock = ManualClock::new(T0);
         let store = MemoryStore::with_clock(1000, clock.clone());
-        let generous = policy("generous", kind, 10);
-        let strict = policy("strict", AlgorithmKind::FixedWindow, 2);
+        let generous = shared_policy("generous", kind, 10, Duration::from_secs(60));
+        let strict = shared_policy(
+            "strict",
+            AlgorithmKind::FixedWindow,
+            2,
+            Duration::from_secs(60),
+        );
         let policies = [Arc::clone(&generous), Arc::clone(&strict)];
         for _ in 0..2 {
             let v = store
@@ -62,8 +60,13 @@ fn a_denial_changes_no_policy_sharing_the_key() {
 fn a_denial_changes_nothing_across_shards() {
     for kind in AlgorithmKind::ALL {
         let store = MemoryStore::with_clock(100_000, ManualClock::new(T0));
-        let per_client = policy("per_client", kind, 10);
-        let global = policy("global", AlgorithmKind::SlidingLog, 3);
+        let per_client = shared_policy("per_client", kind, 10, Duration::from_secs(60));
+        let global = shared_policy(
+            "global",
+            AlgorithmKind::SlidingLog,
+            3,
+            Duration::from_secs(60),
+        );
         // Many clients, one global key: their shards differ for most clients.
         for i in 0..3 {
             let client = format!("client-{i}");

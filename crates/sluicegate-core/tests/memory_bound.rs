@@ -7,12 +7,9 @@ use std::time::Duration;
 use sluicegate_core::algorithm::{Gcra, Quota};
 use sluicegate_core::memory::KeyedLimiter;
 use sluicegate_core::{AlgorithmKind, CheckRequest, KeyedCheck, ManualClock, MemoryStore, Policy};
+use sluicegate_testkit::shared_policy;
 
 const T0: u64 = 1_700_000_000_000_000;
-
-fn policy(name: &str, kind: AlgorithmKind, limit: u64, period: Duration) -> Arc<Policy> {
-    Arc::new(Policy::builder(name, kind, limit, period).build().unwrap())
-}
 
 fn remaining(store: &MemoryStore<ManualClock>, p: &Arc<Policy>, key: &str) -> u64 {
     store
@@ -29,7 +26,7 @@ fn ten_times_max_keys_stay_within_max_keys() {
         let store = MemoryStore::with_clock(max_keys, ManualClock::new(T0));
         let policies: Vec<Arc<Policy>> = AlgorithmKind::ALL
             .iter()
-            .map(|&kind| policy(kind.name(), kind, 5, Duration::from_secs(60)))
+            .map(|&kind| shared_policy(kind.name(), kind, 5, Duration::from_secs(60)))
             .collect();
         for i in 0..10 * max_keys {
             let key = format!("10.{}.{}.{}", i >> 16, (i >> 8) & 255, i & 255);
@@ -62,7 +59,7 @@ fn expired_state_is_evicted_before_live_state() {
     let clock = ManualClock::new(T0);
     let store = MemoryStore::with_clock(1000, clock.clone());
     // One request a key keeps its state for 10 s.
-    let p = policy("p", AlgorithmKind::Gcra, 1, Duration::from_secs(10));
+    let p = shared_policy("p", AlgorithmKind::Gcra, 1, Duration::from_secs(10));
     let one = [Arc::clone(&p)];
     let check = |key: &str| store.check_now(CheckRequest::new(&one, key, 1)).unwrap();
     // A: fills the store (and overflows it), live until T0 + 10 s.
@@ -96,7 +93,7 @@ fn expired_state_is_evicted_before_live_state() {
 fn expired_state_is_reclaimed_without_pressure() {
     let clock = ManualClock::new(T0);
     let store = MemoryStore::with_clock(100_000, clock.clone());
-    let p = policy("p", AlgorithmKind::TokenBucket, 10, Duration::from_secs(1));
+    let p = shared_policy("p", AlgorithmKind::TokenBucket, 10, Duration::from_secs(1));
     let one = [Arc::clone(&p)];
     for i in 0..500 {
         store
@@ -117,13 +114,13 @@ fn expired_state_is_reclaimed_without_pressure() {
 #[test]
 fn retain_policies_keeps_unchanged_policies() {
     let store = MemoryStore::with_clock(1000, ManualClock::new(T0));
-    let kept = policy(
+    let kept = shared_policy(
         "kept",
         AlgorithmKind::FixedWindow,
         5,
         Duration::from_secs(60),
     );
-    let changed = policy(
+    let changed = shared_policy(
         "changed",
         AlgorithmKind::FixedWindow,
         5,
@@ -133,13 +130,13 @@ fn retain_policies_keeps_unchanged_policies() {
     store.check_now(CheckRequest::new(&both, "k", 2)).unwrap();
     assert_eq!(store.len(), 2);
     // The reload: `kept` is unchanged (an equal, freshly parsed policy), `changed` changed.
-    let kept_again = policy(
+    let kept_again = shared_policy(
         "kept",
         AlgorithmKind::FixedWindow,
         5,
         Duration::from_secs(60),
     );
-    let changed_now = policy(
+    let changed_now = shared_policy(
         "changed",
         AlgorithmKind::FixedWindow,
         6,
@@ -150,7 +147,7 @@ fn retain_policies_keeps_unchanged_policies() {
     assert_eq!(remaining(&store, &kept_again, "k"), 3, "kept its state");
     assert_eq!(remaining(&store, &changed_now, "k"), 6, "starts fresh");
     // The old definition is gone too, and its index is reused safely.
-    let newer = policy("newer", AlgorithmKind::Gcra, 4, Duration::from_secs(60));
+    let newer = shared_policy("newer", AlgorithmKind::Gcra, 4, Duration::from_secs(60));
     store
         .check_now(CheckRequest::new(&[Arc::clone(&newer)], "k", 1))
         .unwrap();

@@ -11,6 +11,7 @@ use sluicegate_core::algorithm::{
 };
 use sluicegate_core::memory::KeyedLimiter;
 use sluicegate_core::{AlgorithmKind, CheckRequest, KeyedCheck, ManualClock, MemoryStore, Policy};
+use sluicegate_testkit::policy;
 
 const THREADS: usize = 4;
 const PER_THREAD: usize = 200;
@@ -18,12 +19,6 @@ const PER_THREAD: usize = 200;
 /// exactly `LIMIT` at once.
 const LIMIT: u64 = 57;
 const T0: u64 = 1_700_000_000_000_000;
-
-fn policy(kind: AlgorithmKind) -> Policy {
-    Policy::builder("p", kind, LIMIT, Duration::from_secs(60))
-        .build()
-        .unwrap()
-}
 
 fn hammer(check: impl Fn() -> bool + Sync) -> u64 {
     let admitted = AtomicU64::new(0);
@@ -45,7 +40,7 @@ fn hammer(check: impl Fn() -> bool + Sync) -> u64 {
 fn store_admits_exactly_the_limit() {
     for kind in AlgorithmKind::ALL {
         let store = MemoryStore::with_clock(10_000, ManualClock::new(T0));
-        let policies = [Arc::new(policy(kind))];
+        let policies = [Arc::new(policy("p", kind, LIMIT, Duration::from_secs(60)))];
         let admitted = hammer(|| {
             store
                 .check_now(CheckRequest::new(&policies, "hot", 1))
@@ -57,7 +52,7 @@ fn store_admits_exactly_the_limit() {
 }
 
 fn keyed<A: Algorithm + From<Quota>>(kind: AlgorithmKind) {
-    let policy = policy(kind);
+    let policy = policy("p", kind, LIMIT, Duration::from_secs(60));
     let limiter = KeyedLimiter::with_max_keys(A::from(Quota::from(&policy)), policy, 10_000);
     let admitted = hammer(|| limiter.check("hot", T0, 1).allowed);
     assert_eq!(admitted, LIMIT, "{kind}");

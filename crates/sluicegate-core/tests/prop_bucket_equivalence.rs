@@ -2,11 +2,9 @@
 //! where `period / limit` is a whole number of µs, their decisions are identical, field by
 //! field (allowed, remaining, reset_after, retry_after).
 
-mod support;
-
 use proptest::prelude::*;
 use sluicegate_core::algorithm::{Gcra, LeakyBucket, TokenBucket};
-use support::{run, scenario};
+use sluicegate_testkit::prop::{run, scenario};
 
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(256))]

@@ -6,15 +6,13 @@
 //!   admitted request that is exactly the state's `idle_at`;
 //! - cost 0 is admitted, without delay, and changes no state.
 
-mod support;
-
 use proptest::prelude::*;
 use sluicegate_core::Decision;
 use sluicegate_core::algorithm::{
     Algorithm, FixedWindow, Gcra, LeakyBucket, SlidingLog, SlidingWindow, TokenBucket,
 };
 use sluicegate_core::clock::Micros;
-use support::{Event, run, scenario};
+use sluicegate_testkit::prop::{Event, run, scenario};
 
 /// What the last request of a scenario checks, for one algorithm.
 struct Case<'a, A: Algorithm> {

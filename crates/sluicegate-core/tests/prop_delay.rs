@@ -3,13 +3,11 @@
 //! delay) keep the rate (buckets: `burst` at once, then spaced; leaky bucket: a FIFO queue
 //! spaced by the emission interval from the first request); a refund gives the slot back.
 
-mod support;
-
 use proptest::prelude::*;
 use sluicegate_core::Decision;
 use sluicegate_core::algorithm::{Algorithm, Gcra, LeakyBucket, TokenBucket};
 use sluicegate_core::clock::Micros;
-use support::{Event, T0, run, scenario};
+use sluicegate_testkit::prop::{Event, T0, run, scenario};
 
 /// `(release time, cost)` of every admitted request, in arrival order.
 fn releases(events: &[Event], decisions: &[Decision]) -> Vec<(Micros, u64)> {

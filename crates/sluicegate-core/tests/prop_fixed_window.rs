@@ -1,13 +1,11 @@
 //! The fixed window admits at most `limit` per aligned window, and, as documented, lets
 //! `2 × limit` through across a window boundary.
 
-mod support;
-
 use std::collections::HashMap;
 
 use proptest::prelude::*;
 use sluicegate_core::algorithm::{Algorithm, FixedWindow};
-use support::{T0, run, scenario};
+use sluicegate_testkit::prop::{T0, run, scenario};
 
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(256))]

@@ -1,11 +1,9 @@
 //! The sliding log is exact: never more than `limit` in any interval of one period, and it
 //! admits whenever the admitted cost of the last period leaves room.
 
-mod support;
-
 use proptest::prelude::*;
 use sluicegate_core::algorithm::SlidingLog;
-use support::{Event, run, scenario};
+use sluicegate_testkit::prop::{Event, run, scenario};
 
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(256))]

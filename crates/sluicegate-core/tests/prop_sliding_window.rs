@@ -2,13 +2,11 @@
 //! aligned window and at most `2 × limit` in any interval of one period; and it decides by
 //! the weighted estimate `previous × (period − elapsed) / period + current` exactly.
 
-mod support;
-
 use std::collections::HashMap;
 
 use proptest::prelude::*;
 use sluicegate_core::algorithm::SlidingWindow;
-use support::{Event, T0, run, scenario};
+use sluicegate_testkit::prop::{Event, T0, run, scenario};
 
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(256))]

@@ -6,16 +6,12 @@
 //! number it is the exact bucket; otherwise its rate is a little lower, so it is never more
 //! permissive than the exact bucket given the same history (see docs/algorithms.md).
 
-#[path = "support/ratio.rs"]
-mod ratio;
-mod support;
-
 use proptest::prelude::*;
-use ratio::Ratio;
 use sluicegate_core::Decision;
 use sluicegate_core::algorithm::{Gcra, TokenBucket};
 use sluicegate_core::clock::Micros;
-use support::{Event, admitted, run, scenario};
+use sluicegate_testkit::prop::ratio::Ratio;
+use sluicegate_testkit::prop::{Event, admitted, run, scenario};
 
 /// The exact token bucket: `tokens` is a rational, refilled at `limit / period` a µs.
 struct Reference {
@@ -39,7 +35,7 @@ impl Reference {
             None => self.burst,
             Some(last) => {
                 let refill = self.rate.mul_int(i128::from(at.saturating_sub(last)));
-                self.tokens.add(refill).min(self.burst)
+                (self.tokens + refill).min(self.burst)
             }
         }
     }
@@ -47,7 +43,7 @@ impl Reference {
         self.tokens_at(e.at) >= Ratio::int(e.cost.into())
     }
     fn take(&mut self, e: &Event) {
-        self.tokens = self.tokens_at(e.at).sub(Ratio::int(e.cost.into()));
+        self.tokens = self.tokens_at(e.at) - Ratio::int(e.cost.into());
         self.last = Some(e.at);
     }
 }
@@ -133,10 +129,10 @@ proptest! {
     }
 
     #[test]
-    fn burst_is_exact_at_one_instant((limit, period, burst) in support::quota()) {
+    fn burst_is_exact_at_one_instant((limit, period, burst) in sluicegate_testkit::prop::quota()) {
         for at_once in [
-            run(&Gcra::new(limit, period, burst), &[Event { at: support::T0, cost: 1 }; 40], None).0,
-            run(&TokenBucket::new(limit, period, burst), &[Event { at: support::T0, cost: 1 }; 40], None).0,
+            run(&Gcra::new(limit, period, burst), &[Event { at: sluicegate_testkit::prop::T0, cost: 1 }; 40], None).0,
+            run(&TokenBucket::new(limit, period, burst), &[Event { at: sluicegate_testkit::prop::T0, cost: 1 }; 40], None).0,
         ] {
             let admitted = at_once.iter().filter(|d| d.allowed).count() as u64;
             prop_assert_eq!(admitted, burst.min(40));

@@ -5,13 +5,7 @@ use std::time::Duration;
 
 use sluicegate_core::{AlgorithmKind, CheckRequest, MemoryStore, Policy, Store, VerdictObserver};
 use sluicegate_dashboard::{Dashboard, DashboardObserver};
-
-async fn serve(app: axum::Router) -> String {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-    format!("http://{addr}")
-}
+use sluicegate_testkit::http::serve;
 
 #[tokio::test]
 async fn page_and_data_over_http() {

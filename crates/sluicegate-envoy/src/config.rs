@@ -508,7 +508,7 @@ impl Builder {
             .iter()
             .map(|e| Step::new(&e.key, e.value.as_deref()))
             .collect();
-        let shadow = !found.is_empty() && found.iter().all(|p| p.mode() == Mode::Shadow);
+        let shadow = !found.is_empty() && found.iter().all(|p| !p.is_enforcing());
         let kind = if spec.unlimited {
             RuleKind::Unlimited
         } else {

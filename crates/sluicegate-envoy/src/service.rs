@@ -9,7 +9,6 @@
 
 use std::collections::HashSet;
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::rate_limit::Unit as PbUnit;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
@@ -21,8 +20,8 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::{
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use envoy_types::pb::google::protobuf::Duration as PbDuration;
 use sluicegate_core::{
-    KeyedCheck, Mode, NoObserver, Policy, PolicyDecision, Store, StoreError, Verdict,
-    VerdictObserver,
+    Clock, Decider, KeyedCheck, Outcome, Policy, PolicyDecision, Store, StoreError, SystemClock,
+    Verdict, VerdictObserver,
 };
 use tonic::{Request, Response, Status};
 
@@ -50,16 +49,15 @@ pub const MAX_DESCRIPTORS: usize = 1024;
 /// ```
 #[derive(Clone)]
 pub struct RateLimitService {
-    store: Arc<dyn Store>,
+    decider: Decider,
     config: SharedConfig,
     headers: Vec<HeaderSet>,
-    observer: Arc<dyn VerdictObserver>,
 }
 
 impl std::fmt::Debug for RateLimitService {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RateLimitService")
-            .field("store", &self.store.kind())
+            .field("decider", &self.decider)
             .field("headers", &self.headers)
             .finish_non_exhaustive()
     }
@@ -89,10 +87,9 @@ impl RateLimitService {
     /// (`draft-6` and `ietf`).
     pub fn new(store: Arc<dyn Store>, config: SharedConfig) -> Self {
         RateLimitService {
-            store,
+            decider: Decider::new(store),
             config,
             headers: HeaderSet::DEFAULT.to_vec(),
-            observer: Arc::new(NoObserver),
         }
     }
 
@@ -104,7 +101,13 @@ impl RateLimitService {
 
     /// Who sees each descriptor's verdict (metrics per policy, the dashboard's top keys).
     pub fn with_observer(mut self, observer: Arc<dyn VerdictObserver>) -> Self {
-        self.observer = observer;
+        self.decider = self.decider.with_observer(observer);
+        self
+    }
+
+    /// Decides through `decider` (the server's: its store, timeout and observer).
+    pub fn with_decider(mut self, decider: Decider) -> Self {
+        self.decider = decider;
         self
     }
 
@@ -222,12 +225,12 @@ impl RateLimitService {
         let enforcing_over_capacity = items
             .iter()
             .zip(&over_capacity)
-            .any(|(item, over)| *over && item.policy.mode() != Mode::Shadow);
+            .any(|(item, over)| *over && item.policy.is_enforcing());
         let read_only = blocked || enforcing_over_capacity;
 
         let allowed = self.run(&mut items, &over_capacity, read_only).await? && !read_only;
 
-        let now = unix_now();
+        let now = SystemClock.now();
         let mut response = RateLimitResponse {
             overall_code: if allowed { Code::Ok } else { Code::OverLimit } as i32,
             ..Default::default()
@@ -256,7 +259,7 @@ impl RateLimitService {
                     delay: 0,
                     decisions,
                 };
-                self.observer.observe(&slot.key, &verdict);
+                self.decider.observe(&slot.key, &verdict);
                 for d in verdict.decisions {
                     if !all_decisions
                         .iter()
@@ -323,9 +326,17 @@ impl RateLimitService {
                 KeyedCheck::new(&item.policy, &item.key, cost)
             })
             .collect();
-        let result = self.store.check_keyed(&checks).await;
+        let decided = self
+            .decider
+            .check_keyed(&checks)
+            .await
+            .map_err(|error| store_status(&error))?;
         drop(checks);
-        let verdict = result.map_err(|error| store_status(&error))?;
+        // Envoy's own `failure_mode_deny` decides a failed store, as upstream leaves it.
+        if let Some(error) = &decided.failure {
+            return Err(store_status(error));
+        }
+        let verdict = decided.verdict;
         let allowed = verdict.allowed;
         // On a denial, `remaining` already has the untaken cost back (Verdict::combine).
         for ((item, mut decision), &over) in
@@ -333,11 +344,7 @@ impl RateLimitService {
         {
             if over {
                 decision.decision.allowed = false;
-                decision.outcome = if decision.policy.mode() == Mode::Shadow {
-                    sluicegate_core::Outcome::ShadowDenied
-                } else {
-                    sluicegate_core::Outcome::Denied
-                };
+                decision.outcome = Outcome::of(&decision.policy, &decision.decision);
             }
             item.decision = Some(decision);
         }
@@ -348,7 +355,11 @@ impl RateLimitService {
     async fn refund_negative(&self, slots: &[Slot<'_>]) {
         for slot in slots.iter().filter(|s| s.negative) {
             if let Some(RuleKind::Limit(policies)) = slot.rule.map(|r| &r.kind)
-                && let Err(error) = self.store.refund(policies, &slot.key, slot.cost).await
+                && let Err(error) = self
+                    .decider
+                    .store()
+                    .refund(policies, &slot.key, slot.cost)
+                    .await
             {
                 tracing::warn!(%error, "could not apply negative hits");
             }
@@ -409,25 +420,14 @@ impl RateLimitService {
                     .iter()
                     .filter_map(|&i| items[i].decision.as_ref())
                     .collect();
-                let enforcing_denied = decided
-                    .iter()
-                    .any(|d| !d.decision.allowed && d.policy.mode() != Mode::Shadow);
-                let shadow_denied = decided
-                    .iter()
-                    .any(|d| !d.decision.allowed && d.policy.mode() == Mode::Shadow);
+                let enforcing_denied = decided.iter().any(|d| d.is_enforced_denial());
+                let shadow_denied = decided.iter().any(|d| d.outcome == Outcome::ShadowDenied);
                 let over = enforcing_denied
                     || slot
                         .items
                         .iter()
-                        .any(|&i| over_capacity[i] && items[i].policy.mode() != Mode::Shadow);
-                let deciding = if over {
-                    decided
-                        .iter()
-                        .filter(|d| !d.decision.allowed && d.policy.mode() != Mode::Shadow)
-                        .max_by_key(|d| d.decision.retry_after)
-                } else {
-                    decided.iter().min_by_key(|d| d.decision.remaining)
-                };
+                        .any(|&i| over_capacity[i] && items[i].policy.is_enforcing());
+                let deciding = sluicegate_core::verdict::deciding(decided.iter().copied(), !over);
                 outcome.over_limit = over;
                 outcome.shadow_denied = shadow_denied && !over;
                 outcome.near_limit = allowed
@@ -535,14 +535,6 @@ fn pb_duration(micros: u64) -> PbDuration {
         seconds: i64::try_from(micros / 1_000_000).unwrap_or(i64::MAX),
         nanos: i32::try_from((micros % 1_000_000) * 1_000).unwrap_or(0),
     }
-}
-
-/// Microseconds since the Unix epoch.
-fn unix_now() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
-        .unwrap_or(0)
 }
 
 /// Until the end of the current epoch-aligned window of `unit`, µs.

@@ -1,17 +1,14 @@
 //! The service on the Redis store (a real redis-server on a free port): several
 //! descriptors in one atomic Redis step, and UNAVAILABLE once Redis is gone.
 
-#[path = "../../sluicegate-redis/tests/support/mod.rs"]
-mod redis_support;
-
 use std::sync::Arc;
 
-use redis_support::RedisServer;
 use sluicegate_envoy::envoy_types::pb::envoy::extensions::common::ratelimit::v3::{
     RateLimitDescriptor, rate_limit_descriptor::Entry,
 };
 use sluicegate_envoy::envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use sluicegate_envoy::{EnvoyConfig, RateLimitService, SharedConfig};
+use sluicegate_testkit::{RedisServer, redis};
 
 const YAML: &str = "domain: r
 descriptors:
@@ -44,7 +41,7 @@ async fn descriptors_are_all_or_nothing_on_redis_and_a_dead_redis_is_unavailable
     let Some(mut redis) = RedisServer::start() else {
         return;
     };
-    let store = redis_support::store(&redis.url(), "envoy-test").await;
+    let store = redis::store(&redis.url(), "envoy-test").await;
     let config = EnvoyConfig::from_yaml_str(YAML, None).unwrap();
     let service = RateLimitService::new(Arc::new(store), SharedConfig::new(config));
     let both = request(&[("remote_address", "10.1.1.1"), ("path", "/pay")]);

@@ -5,12 +5,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ipnet::IpNet;
-use sluicegate_core::{NoObserver, Policy, PolicyError, PolicySpec, Store, VerdictObserver};
+use sluicegate_core::{
+    Decider, NoObserver, Policy, PolicyError, PolicySpec, Store, VerdictObserver,
+};
 
 use crate::access::AccessList;
 use crate::headers::HeaderSet;
 use crate::identity::{ClientIdentity, KeyExtractor, RouteKey};
-use crate::limiter::RateLimiter;
+use crate::limiter::{RateLimiter, TokioTimer};
 use crate::route::{RouteError, RouteSpec, RouteTable};
 
 /// Why a [`RateLimiterBuilder`] could not build.
@@ -171,15 +173,13 @@ impl RateLimiterBuilder {
             policies.insert(policy.name().to_owned(), Arc::new(policy));
         }
         let routes = RouteTable::new(&self.routes, |name| policies.get(name).cloned())?;
-        Ok(RateLimiter::new(
-            self.store,
-            routes,
-            self.identity,
-            self.header_sets,
-            self.observer,
+        let decider = Decider::new(self.store)
+            .with_observer(self.observer)
+            .with_timeout(self.store_timeout, Arc::new(TokioTimer));
+        Ok(
+            RateLimiter::new(decider, routes, self.identity, self.header_sets)
+                .with_key_extractor(self.extractor)
+                .with_access(self.access),
         )
-        .with_key_extractor(self.extractor)
-        .with_store_timeout(self.store_timeout)
-        .with_access(self.access))
     }
 }

@@ -18,14 +18,13 @@
 use std::fmt;
 use std::str::FromStr;
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue, Response, StatusCode, header};
 use http_body_util::Full;
 use serde::{Deserialize, Serialize};
 use sfv::{Integer, KeyRef, ListSerializer, StringRef};
-use sluicegate_core::{Micros, Mode, Outcome, Policy, PolicyDecision, Verdict};
+use sluicegate_core::{Clock, Micros, Outcome, Policy, PolicyDecision, SystemClock, Verdict};
 
 /// A set of rate-limit headers. Configured as `"draft-6"`, `"ietf"` or `"legacy"`.
 ///
@@ -118,18 +117,12 @@ fn shown(verdict: &Verdict) -> impl Iterator<Item = &PolicyDecision> {
     verdict
         .decisions
         .iter()
-        .filter(|d| d.policy.mode() != Mode::Shadow && d.outcome != Outcome::StoreError)
+        .filter(|d| d.policy.is_enforcing() && d.outcome != Outcome::StoreError)
 }
 
 /// The one policy `draft-6` and `legacy` describe.
 fn headline(verdict: &Verdict) -> Option<&PolicyDecision> {
-    if verdict.allowed {
-        shown(verdict).min_by_key(|d| d.decision.remaining)
-    } else {
-        verdict
-            .deciding()
-            .filter(|d| d.outcome != Outcome::StoreError)
-    }
+    sluicegate_core::verdict::deciding(shown(verdict), verdict.allowed)
 }
 
 /// Writes the configured header sets for `verdict` into `headers`, plus `Retry-After` when
@@ -181,10 +174,7 @@ pub fn write_headers_cached(
             HeaderSet::Legacy => {
                 if let Some(d) = headline(verdict) {
                     let d = &d.decision;
-                    let now = SystemTime::now()
-                        .duration_since(UNIX_EPOCH)
-                        .map(|t| u64::try_from(t.as_micros()).unwrap_or(u64::MAX))
-                        .unwrap_or(0);
+                    let now = SystemClock.now();
                     let reset = ceil_secs(now.saturating_add(d.reset_after));
                     headers.insert(X_RATELIMIT_LIMIT, HeaderValue::from(d.limit));
                     headers.insert(X_RATELIMIT_REMAINING, HeaderValue::from(d.remaining));
@@ -220,7 +210,7 @@ const KEY_T: &KeyRef = KeyRef::constant("t");
 /// ```
 pub fn policy_field(policies: &[Arc<Policy>]) -> Option<HeaderValue> {
     let mut list = ListSerializer::new();
-    for policy in policies.iter().filter(|p| p.mode() != Mode::Shadow) {
+    for policy in policies.iter().filter(|p| p.is_enforcing()) {
         let Ok(name) = StringRef::from_str(policy.name()) else {
             continue;
         };
@@ -338,7 +328,7 @@ pub fn forbidden_response() -> Response<Full<Bytes>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use sluicegate_core::{AlgorithmKind, Decision, Policy};
+    use sluicegate_core::{AlgorithmKind, Decision, Mode, Policy};
     use std::time::Duration;
 
     fn policy(name: &str, limit: u64, period: Duration, mode: Mode) -> Arc<Policy> {
@@ -352,7 +342,7 @@ mod tests {
 
     #[test]
     fn ietf_lists_every_enforcing_policy_and_rounds_up() {
-        let (verdict, _) = Verdict::combine(vec![
+        let verdict = Verdict::combine(vec![
             (
                 policy("burst", 5, Duration::from_millis(250), Mode::Reject),
                 Decision::allow(5, 4, 1),
@@ -382,7 +372,7 @@ mod tests {
 
     #[test]
     fn rejection_names_longest_retry() {
-        let (verdict, _) = Verdict::combine(vec![
+        let verdict = Verdict::combine(vec![
             (
                 policy("a", 5, Duration::from_secs(1), Mode::Reject),
                 Decision::deny(5, 0, 1_000_000, 200_000),

@@ -55,6 +55,6 @@ pub use headers::{HeaderSet, RejectionBody};
 pub use identity::{ClientIdentity, KeyContext, KeyExtractor, RouteKey};
 pub use layer::{PeerAddr, RateLimitLayer, RateLimitService};
 pub use lease::{LeaseBody, LeaseGuard};
-pub use limiter::{RateLimitDecision, RateLimiter};
+pub use limiter::{RateLimitDecision, RateLimiter, TokioTimer};
 pub use metrics::MetricsObserver;
 pub use route::{KeySpec, Route, RouteError, RouteSpec, RouteTable};

@@ -10,8 +10,10 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, Method, Response, StatusCode};
 use http_body_util::Full;
-use sluicegate_core::store::MAX_KEY_LEN;
-use sluicegate_core::{CheckRequest, Outcome, Policy, Store, StoreError, Verdict, VerdictObserver};
+use sluicegate_core::store::check_key;
+use sluicegate_core::{
+    BoxFuture, CheckRequest, Decider, Outcome, Policy, Store, StoreError, Timer, Verdict,
+};
 
 use crate::access::{ACCESS_TOTAL, Access, AccessList};
 use crate::builder::RateLimiterBuilder;
@@ -51,25 +53,32 @@ use crate::route::{Route, RouteTable};
 /// # Ok(()) }
 /// ```
 pub struct RateLimiter {
-    store: Arc<dyn Store>,
+    decider: Decider,
     routes: RouteTable,
     identity: ClientIdentity,
     header_sets: Arc<[HeaderSet]>,
-    observer: Arc<dyn VerdictObserver>,
     extractor: Arc<dyn KeyExtractor>,
-    store_timeout: Option<Duration>,
     last_store_warning: AtomicU64,
     access: AccessList,
+}
+
+/// [`Timer`] on the tokio runtime, for [`Decider::with_timeout`].
+#[derive(Debug, Clone, Copy, Default)]
+pub struct TokioTimer;
+
+impl Timer for TokioTimer {
+    fn sleep(&self, duration: Duration) -> BoxFuture<'static, ()> {
+        Box::pin(tokio::time::sleep(duration))
+    }
 }
 
 impl std::fmt::Debug for RateLimiter {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RateLimiter")
-            .field("store", &self.store.kind())
+            .field("decider", &self.decider)
             .field("routes", &self.routes)
             .field("identity", &self.identity)
             .field("header_sets", &self.header_sets)
-            .field("store_timeout", &self.store_timeout)
             .finish_non_exhaustive()
     }
 }
@@ -80,22 +89,20 @@ impl RateLimiter {
         RateLimiterBuilder::new(store)
     }
 
-    /// A limiter from parts that are already validated (the server's configuration).
+    /// A limiter from parts that are already validated (the server's configuration),
+    /// deciding through `decider` (its store, timeout and observer).
     pub fn new(
-        store: Arc<dyn Store>,
+        decider: Decider,
         routes: RouteTable,
         identity: ClientIdentity,
         header_sets: Vec<HeaderSet>,
-        observer: Arc<dyn VerdictObserver>,
     ) -> RateLimiter {
         RateLimiter {
-            store,
+            decider,
             routes,
             identity,
             header_sets: header_sets.into(),
-            observer,
             extractor: Arc::new(RouteKey),
-            store_timeout: None,
             last_store_warning: AtomicU64::new(0),
             access: AccessList::default(),
         }
@@ -118,16 +125,9 @@ impl RateLimiter {
         self
     }
 
-    /// Bounds every store call; past it, `on_store_error` decides. Stores with their own
-    /// timeout (Redis) do not need this.
-    pub fn with_store_timeout(mut self, timeout: Option<Duration>) -> RateLimiter {
-        self.store_timeout = timeout;
-        self
-    }
-
     /// The store.
     pub fn store(&self) -> &Arc<dyn Store> {
-        &self.store
+        self.decider.store()
     }
     /// The routes.
     pub fn routes(&self) -> &RouteTable {
@@ -186,7 +186,7 @@ impl RateLimiter {
             identity: &self.identity,
         };
         let mut key = self.extractor.key(route, &context)?;
-        if key.is_empty() || key.len() > MAX_KEY_LEN {
+        if check_key(&key).is_err() {
             key = self.identity.ip_key(client_ip);
         }
         Some(self.check_key(route, key).await)
@@ -203,7 +203,7 @@ impl RateLimiter {
             key: self.identity.ip_key(self.identity.mask(addr)),
             route_path: route.map_or_else(|| Arc::from(""), |r| Arc::clone(r.path_arc())),
             policy_field: None,
-            store: Arc::clone(&self.store),
+            store: Arc::clone(self.decider.store()),
             header_sets: Arc::clone(&self.header_sets),
             forbidden: true,
         }
@@ -214,20 +214,20 @@ impl RateLimiter {
     pub async fn check_key(&self, route: &Route, key: String) -> RateLimitDecision {
         let policies = route.policies();
         let request = CheckRequest::new(policies, &key, COST);
-        let result = match self.store_timeout {
-            Some(limit) => tokio::time::timeout(limit, self.store.check(request))
-                .await
-                .unwrap_or(Err(StoreError::Timeout)),
-            None => self.store.check(request).await,
-        };
-        let verdict = match result {
-            Ok(verdict) => verdict,
-            Err(error) => {
-                self.warn_store_error(&error);
-                Verdict::store_failed(policies)
-            }
-        };
-        self.observer.observe(&key, &verdict);
+        // The caller's mistakes (a key the stores refuse) are answered like a store failure:
+        // an HTTP client must never see a 500 for them.
+        let decided = self.decider.check(request).await.unwrap_or_else(|error| {
+            let decided = sluicegate_core::Decided {
+                verdict: Verdict::store_failed(policies),
+                failure: Some(error),
+            };
+            self.decider.observe(&key, &decided.verdict);
+            decided
+        });
+        if let Some(error) = &decided.failure {
+            self.warn_store_error(error);
+        }
+        let verdict = decided.verdict;
         for d in &verdict.decisions {
             if d.outcome == Outcome::ShadowDenied {
                 tracing::info!(
@@ -243,7 +243,7 @@ impl RateLimiter {
             key,
             route_path: Arc::clone(route.path_arc()),
             policy_field: route.policy_field().cloned(),
-            store: Arc::clone(&self.store),
+            store: Arc::clone(self.decider.store()),
             header_sets: Arc::clone(&self.header_sets),
             forbidden: false,
         }
@@ -260,7 +260,7 @@ impl RateLimiter {
                 .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
                 .is_ok()
         {
-            tracing::warn!(store = self.store.kind(), %error, "rate-limit store failed; on_store_error applies");
+            tracing::warn!(store = self.decider.store().kind(), %error, "rate-limit store failed; on_store_error applies");
         }
     }
 }

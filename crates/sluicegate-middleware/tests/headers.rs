@@ -1,15 +1,14 @@
 //! Rate-limit headers and the 429 over real HTTP, parsed with `sfv`.
 
-mod common;
-
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use common::{policy, serve};
 use reqwest::header::HeaderMap;
 use sfv::{BareItem, List, ListEntry, Parser};
 use sluicegate_core::{AlgorithmKind, MemoryStore};
 use sluicegate_middleware::{HeaderSet, RateLimiter, RejectionBody, RouteSpec};
+use sluicegate_testkit::http::serve_limited;
+use sluicegate_testkit::policy;
 
 /// `(name, [(param, value)])` for each member of a Structured Fields list.
 fn sf_list(headers: &HeaderMap, name: &str) -> Vec<(String, Vec<(String, i64)>)> {
@@ -68,7 +67,7 @@ async fn headers_agree_with_the_decision() {
         .headers(&[HeaderSet::Draft6, HeaderSet::Ietf, HeaderSet::Legacy])
         .build()
         .unwrap();
-    let base = serve(limiter).await;
+    let base = serve_limited(limiter).await;
     let client = reqwest::Client::new();
 
     let before = SystemTime::now()
@@ -150,7 +149,7 @@ async fn every_429_has_whole_second_retry_after_and_the_json_body() {
         .route(RouteSpec::new("/slow", &["slow"]))
         .build()
         .unwrap();
-    let base = serve(limiter).await;
+    let base = serve_limited(limiter).await;
     let client = reqwest::Client::new();
 
     let mut rejected = 0;
@@ -192,7 +191,7 @@ async fn the_body_has_exactly_the_contract_fields() {
         .headers(&[])
         .build()
         .unwrap();
-    let base = serve(limiter).await;
+    let base = serve_limited(limiter).await;
     let client = reqwest::Client::new();
     assert_eq!(client.get(&base).send().await.unwrap().status(), 200);
     let response = client.get(&base).send().await.unwrap();

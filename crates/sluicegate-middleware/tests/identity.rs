@@ -1,15 +1,14 @@
 //! Client identity over real HTTP: X-Forwarded-For only from trusted peers, the right-most
 //! untrusted hop, and IPv6 clients limited per /64.
 
-mod common;
-
 use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{Counting, policy, serve_on};
 use sluicegate_core::{AlgorithmKind, MemoryStore};
 use sluicegate_middleware::{RateLimiter, RouteSpec};
+use sluicegate_testkit::http::serve_limited_on;
+use sluicegate_testkit::{Counting, policy};
 
 fn limiter(trusted: &[&str], observer: Arc<Counting>) -> RateLimiter {
     RateLimiter::builder(Arc::new(MemoryStore::new(1000)))
@@ -44,7 +43,8 @@ async fn status(client: &reqwest::Client, url: &str, xff: Option<&str>) -> u16 {
 #[tokio::test]
 async fn spoofed_forwarded_for_from_an_untrusted_peer_changes_nothing() {
     let observer = Arc::new(Counting::default());
-    let (addr, _) = serve_on(limiter(&["127.0.0.1/32"], observer.clone()), "127.0.0.1:0").await;
+    let (addr, _) =
+        serve_limited_on(limiter(&["127.0.0.1/32"], observer.clone()), "127.0.0.1:0").await;
     let url = format!("http://{addr}/x");
     // 127.0.0.2 is not trusted: each request claims another client, all count as 127.0.0.2.
     let stranger = client_from("127.0.0.2");
@@ -68,7 +68,7 @@ async fn spoofed_forwarded_for_from_an_untrusted_peer_changes_nothing() {
 #[tokio::test]
 async fn a_trusted_proxy_names_the_rightmost_untrusted_hop() {
     let observer = Arc::new(Counting::default());
-    let (addr, _) = serve_on(
+    let (addr, _) = serve_limited_on(
         limiter(&["127.0.0.1/32", "10.0.0.0/8"], observer.clone()),
         "127.0.0.1:0",
     )
@@ -111,7 +111,8 @@ async fn a_trusted_proxy_names_the_rightmost_untrusted_hop() {
 #[tokio::test]
 async fn forwarded_header_is_honoured_from_trusted_peers() {
     let observer = Arc::new(Counting::default());
-    let (addr, _) = serve_on(limiter(&["127.0.0.1/32"], observer.clone()), "127.0.0.1:0").await;
+    let (addr, _) =
+        serve_limited_on(limiter(&["127.0.0.1/32"], observer.clone()), "127.0.0.1:0").await;
     let response = reqwest::Client::new()
         .get(format!("http://{addr}/x"))
         .header(
@@ -139,7 +140,7 @@ async fn ipv6_clients_in_one_slash_64_share_a_limit() {
     };
     drop(listener);
     let observer = Arc::new(Counting::default());
-    let (addr, _) = serve_on(limiter(&["::1/128"], observer.clone()), "[::1]:0").await;
+    let (addr, _) = serve_limited_on(limiter(&["::1/128"], observer.clone()), "[::1]:0").await;
     let url = format!("http://{addr}/x");
     let client = reqwest::Client::new();
     assert_eq!(status(&client, &url, Some("2001:db8:1:2::1")).await, 200);

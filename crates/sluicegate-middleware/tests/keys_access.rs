@@ -1,14 +1,13 @@
 //! Richer keys (query, cookie, composites) and allow/deny lists over real HTTP.
 
-mod common;
-
 use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{Counting, policy, serve_on};
 use sluicegate_core::{AlgorithmKind, MemoryStore};
 use sluicegate_middleware::{KeySpec, RateLimiter, RouteSpec};
+use sluicegate_testkit::http::serve_limited_on;
+use sluicegate_testkit::{Counting, policy};
 
 fn limiter(key: &str, observer: Arc<Counting>) -> RateLimiter {
     RateLimiter::builder(Arc::new(MemoryStore::new(1000)))
@@ -35,7 +34,8 @@ async fn get(client: &reqwest::Client, url: &str, cookie: Option<&str>) -> u16 {
 #[tokio::test]
 async fn query_keys_are_decoded_so_another_spelling_is_the_same_client() {
     let observer = Arc::new(Counting::default());
-    let (addr, _) = serve_on(limiter("query:api_key", observer.clone()), "127.0.0.1:0").await;
+    let (addr, _) =
+        serve_limited_on(limiter("query:api_key", observer.clone()), "127.0.0.1:0").await;
     let client = reqwest::Client::new();
     let base = format!("http://{addr}/x");
     assert_eq!(
@@ -62,7 +62,8 @@ async fn query_keys_are_decoded_so_another_spelling_is_the_same_client() {
 #[tokio::test]
 async fn cookie_and_composite_keys() {
     let observer = Arc::new(Counting::default());
-    let (addr, _) = serve_on(limiter("ip+cookie:sid", observer.clone()), "127.0.0.1:0").await;
+    let (addr, _) =
+        serve_limited_on(limiter("ip+cookie:sid", observer.clone()), "127.0.0.1:0").await;
     let client = reqwest::Client::new();
     let url = format!("http://{addr}/x");
     assert_eq!(get(&client, &url, Some("sid=one")).await, 200);
@@ -104,7 +105,7 @@ async fn allow_is_never_limited_and_deny_is_403_json_even_off_route() {
         &["127.0.0.3/32"],
         RouteSpec::new("/api", &["p"]).access(vec![], vec!["127.0.0.4/32".parse().unwrap()]),
     );
-    let (addr, calls) = serve_on(limiter, "127.0.0.1:0").await;
+    let (addr, calls) = serve_limited_on(limiter, "127.0.0.1:0").await;
     let url = format!("http://{addr}/api");
     let allowed = client_from("127.0.0.2");
     for _ in 0..5 {

@@ -1,16 +1,15 @@
 //! Delay, shadow and store-error behaviour over real HTTP.
 
-mod common;
-
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{Counting, ok_count, policy_mode, serve, serve_on, statuses};
 use sluicegate_core::{
     AlgorithmKind, BoxFuture, CheckRequest, MemoryStore, Mode, OnStoreError, Outcome, Policy,
     Store, StoreError, Verdict,
 };
 use sluicegate_middleware::{RateLimiter, RejectionBody, RouteSpec};
+use sluicegate_testkit::http::{serve_limited, serve_limited_on};
+use sluicegate_testkit::{Counting, ok_count, policy_with, statuses};
 
 /// GCRA, 10 a second (one every 100 ms), burst 1, waiting up to `max_delay`.
 fn paced(max_delay: Duration) -> Policy {
@@ -31,7 +30,7 @@ async fn delay_mode_spaces_requests_by_the_emission_interval() {
         .observer(observer.clone())
         .build()
         .unwrap();
-    let (addr, calls) = serve_on(limiter, "127.0.0.1:0").await;
+    let (addr, calls) = serve_limited_on(limiter, "127.0.0.1:0").await;
     let url = format!("http://{addr}/work");
     let client = reqwest::Client::new();
 
@@ -103,7 +102,7 @@ async fn a_dropped_waiting_request_gives_its_slot_back() {
         .route(RouteSpec::new("/", &["slow"]))
         .build()
         .unwrap();
-    let base = serve(limiter).await;
+    let base = serve_limited(limiter).await;
     let client = reqwest::Client::new();
 
     // A takes the burst; B reserves the slot at +1 s and gives up after 200 ms.
@@ -139,12 +138,18 @@ async fn a_dropped_waiting_request_gives_its_slot_back() {
 async fn shadow_mode_never_rejects_and_counts_would_be_rejections() {
     let observer = Arc::new(Counting::default());
     let limiter = RateLimiter::builder(Arc::new(MemoryStore::new(1000)))
-        .policy(policy_mode("dry", 3, Duration::from_secs(60), Mode::Shadow))
+        .policy(policy_with(
+            "dry",
+            AlgorithmKind::TokenBucket,
+            3,
+            Duration::from_secs(60),
+            |b| b.mode(Mode::Shadow),
+        ))
         .route(RouteSpec::new("/", &["dry"]))
         .observer(observer.clone())
         .build()
         .unwrap();
-    let base = serve(limiter).await;
+    let base = serve_limited(limiter).await;
     let client = reqwest::Client::new();
     let got = statuses(&client, &format!("{base}/a"), 10).await;
     assert_eq!(ok_count(&got), 10);
@@ -159,18 +164,25 @@ async fn shadow_mode_never_rejects_and_counts_would_be_rejections() {
 async fn shadow_next_to_an_enforcing_policy_changes_nothing() {
     let observer = Arc::new(Counting::default());
     let limiter = RateLimiter::builder(Arc::new(MemoryStore::new(1000)))
-        .policy(policy_mode("dry", 1, Duration::from_secs(60), Mode::Shadow))
-        .policy(policy_mode(
+        .policy(policy_with(
+            "dry",
+            AlgorithmKind::TokenBucket,
+            1,
+            Duration::from_secs(60),
+            |b| b.mode(Mode::Shadow),
+        ))
+        .policy(policy_with(
             "real",
+            AlgorithmKind::TokenBucket,
             4,
             Duration::from_secs(60),
-            Mode::Reject,
+            |b| b.mode(Mode::Reject),
         ))
         .route(RouteSpec::new("/", &["dry", "real"]))
         .observer(observer.clone())
         .build()
         .unwrap();
-    let base = serve(limiter).await;
+    let base = serve_limited(limiter).await;
     let got = statuses(&reqwest::Client::new(), &base, 6).await;
     assert_eq!(got, [200, 200, 200, 200, 429, 429]);
     assert_eq!(observer.count("dry", Outcome::ShadowDenied), 5);
@@ -248,7 +260,7 @@ async fn store_errors_follow_on_store_error() {
         .observer(observer.clone())
         .build()
         .unwrap();
-    let base = serve(limiter).await;
+    let base = serve_limited(limiter).await;
     let client = reqwest::Client::new();
 
     let open = client.get(format!("{base}/open")).send().await.unwrap();
@@ -276,7 +288,7 @@ async fn a_store_timeout_applies_on_store_error() {
         .store_timeout(Duration::from_millis(50))
         .build()
         .unwrap();
-    let base = serve(limiter).await;
+    let base = serve_limited(limiter).await;
     let client = reqwest::Client::new();
     assert_eq!(
         client

@@ -1,15 +1,13 @@
 //! Swapping the limiter at run time, and serving without a peer address.
 
-mod common;
-
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
 use axum::routing::get;
-use common::{Counting, policy, statuses};
 use sluicegate_core::{AlgorithmKind, MemoryStore};
 use sluicegate_middleware::{LimiterHandle, RateLimitLayer, RateLimiter, RouteSpec};
+use sluicegate_testkit::{Counting, http, policy, statuses};
 
 fn limiter(store: Arc<MemoryStore>, limit: u64, observer: Arc<Counting>) -> RateLimiter {
     RateLimiter::builder(store)
@@ -26,14 +24,6 @@ fn limiter(store: Arc<MemoryStore>, limit: u64, observer: Arc<Counting>) -> Rate
         .unwrap()
 }
 
-async fn serve_plain(app: Router) -> String {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    // Deliberately without connect info.
-    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-    format!("http://{addr}")
-}
-
 #[tokio::test]
 async fn a_swapped_limiter_applies_to_the_next_request() {
     let store = Arc::new(MemoryStore::new(1000));
@@ -42,7 +32,8 @@ async fn a_swapped_limiter_applies_to_the_next_request() {
     let app = Router::new()
         .route("/api/x", get(|| async { "ok" }))
         .layer(RateLimitLayer::from_handle(handle.clone()));
-    let base = serve_plain(app).await;
+    // Deliberately without connect info.
+    let base = http::serve(app).await;
     let client = reqwest::Client::new();
     let url = format!("{base}/api/x");
     assert_eq!(statuses(&client, &url, 3).await, [200, 200, 429]);

@@ -1,13 +1,12 @@
 //! Routes over real HTTP: per-route limits, the longest prefix, methods and header tiers.
 
-mod common;
-
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{ok_count, policy, serve, statuses};
 use sluicegate_core::{AlgorithmKind, MemoryStore};
 use sluicegate_middleware::{KeySpec, RateLimiter, RouteSpec};
+use sluicegate_testkit::http::serve_limited;
+use sluicegate_testkit::{ok_count, policy, statuses};
 
 const MINUTE: Duration = Duration::from_secs(60);
 
@@ -26,7 +25,7 @@ async fn each_route_has_its_own_limit_and_the_longest_prefix_wins() {
         .route(RouteSpec::new("/api/search", &["search"]))
         .build()
         .unwrap();
-    let base = serve(limiter).await;
+    let base = serve_limited(limiter).await;
     let client = reqwest::Client::new();
 
     let auth = statuses(&client, &format!("{base}/api/auth/login"), 5).await;
@@ -56,7 +55,7 @@ async fn methods_select_the_route() {
         .route(RouteSpec::new("/api/files", &["upload"]).methods(&["POST", "put"]))
         .build()
         .unwrap();
-    let base = serve(limiter).await;
+    let base = serve_limited(limiter).await;
     let client = reqwest::Client::new();
     let url = format!("{base}/api/files/a.txt");
 
@@ -84,7 +83,7 @@ async fn header_tiers_select_policies_and_keys() {
         )
         .build()
         .unwrap();
-    let base = serve(limiter).await;
+    let base = serve_limited(limiter).await;
     let client = reqwest::Client::new();
     let url = format!("{base}/api/items");
     let send = |key: &'static str, plan: Option<&'static str>| {

@@ -62,7 +62,7 @@ impl DenyCache {
         };
         // Recombined under the current policies: if one was switched to shadow mode since,
         // the cached denial no longer holds and Redis must decide.
-        let verdict = Verdict::combine(decided).0;
+        let verdict = Verdict::combine(decided);
         (!verdict.allowed).then_some(verdict)
     }
 
@@ -140,7 +140,6 @@ mod tests {
             Decision::deny(1, 0, 60_000_000, 30_000_000),
             1,
         )])
-        .0
     }
 
     #[test]

@@ -6,7 +6,7 @@ use std::time::Duration;
 use futures_util::future::join_all;
 use redis::Script;
 use redis::cluster_routing::Slot;
-use sluicegate_core::store::MAX_KEY_LEN;
+use sluicegate_core::store::check_key;
 use sluicegate_core::{
     BoxFuture, CheckRequest, KeyedCheck, Lease, Micros, Policy, Store, StoreError, Verdict,
 };
@@ -33,10 +33,10 @@ pub const BATCH_CHUNK: usize = 64;
 /// queue; its script call alone is bounded by the timeout.
 const QUEUE_SLACK: Duration = Duration::from_millis(10);
 
-/// Histogram of store call durations, seconds.
-pub const METRIC_DURATION: &str = "sluicegate_store_duration_seconds";
+/// Histogram of store call durations, seconds (the name is core's, shared by every store).
+pub const METRIC_DURATION: &str = sluicegate_core::store::metric::STORE_DURATION;
 /// Counter of failed store calls, labelled `error` = `timeout` | `unavailable` | `circuit_open`.
-pub const METRIC_ERRORS: &str = "sluicegate_store_errors_total";
+pub const METRIC_ERRORS: &str = sluicegate_core::store::metric::STORE_ERRORS;
 
 /// The rate-limit store on Redis or Redis Cluster. See the crate documentation.
 ///
@@ -443,9 +443,7 @@ impl Inner {
     /// its own, from any instance, and a no-op for a lease already freed or expired.
     async fn release(&self, leases: &[Lease]) -> Result<(), StoreError> {
         for lease in leases {
-            if lease.key.is_empty() || lease.key.len() > MAX_KEY_LEN {
-                return Err(StoreError::InvalidKey(lease.key.len()));
-            }
+            check_key(&lease.key)?;
             let state = state_key(&self.prefix, &lease.key, &lease.policy);
             let member = format!("{}:{}", lease.expires_at, lease.cost);
             self.link
@@ -462,9 +460,7 @@ impl Inner {
     }
 
     async fn reset(&self, policy: &Policy, key: &str) -> Result<(), StoreError> {
-        if key.is_empty() || key.len() > MAX_KEY_LEN {
-            return Err(StoreError::InvalidKey(key.len()));
-        }
+        check_key(key)?;
         let state = state_key(&self.prefix, key, policy);
         if let Some(cache) = &self.cache {
             cache.forget(&state);

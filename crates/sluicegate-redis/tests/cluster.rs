@@ -1,19 +1,17 @@
 //! A 3-master Redis Cluster started by the test: exactness, multi-policy all-or-nothing,
 //! batches across slots, and hostile client keys that must stay within their hash slot.
 
-mod support;
-
 use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
 use sluicegate_core::{AlgorithmKind, CheckRequest, KeyedCheck, Store};
 use sluicegate_redis::{RedisConfig, RedisStore};
-use support::{Cluster, policy, storm};
+use sluicegate_testkit::{RedisCluster, redis, shared_policy, storm};
 
 const DAY: Duration = Duration::from_secs(86_400);
 
-async fn cluster_store(cluster: &Cluster) -> Arc<RedisStore> {
+async fn cluster_store(cluster: &RedisCluster) -> Arc<RedisStore> {
     let mut config = RedisConfig::cluster(cluster.seeds());
     config.key_prefix = "cl".into();
     config.timeout = Duration::from_millis(500);
@@ -40,7 +38,7 @@ fn hostile_keys() -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cluster_is_exact_atomic_and_keeps_keys_in_their_slot() {
-    let Some(cluster) = Cluster::start() else {
+    let Some(cluster) = RedisCluster::start() else {
         return;
     };
     let mut stores = Vec::new();
@@ -51,13 +49,13 @@ async fn cluster_is_exact_atomic_and_keeps_keys_in_their_slot() {
     stores[0].ping().await.unwrap();
 
     // Exactness: 4 instances × 64 tasks admit exactly the limit.
-    let p = [policy("p", AlgorithmKind::Gcra, 100, DAY)];
+    let p = [shared_policy("p", AlgorithmKind::Gcra, 100, DAY)];
     assert_eq!(storm(&stores, &p, "hot", 64, 3).await, 100);
 
     // Multi-policy, all-or-nothing, in one slot.
     let multi = [
-        policy("burst", AlgorithmKind::TokenBucket, 80, DAY),
-        policy("window", AlgorithmKind::FixedWindow, 50, DAY),
+        shared_policy("burst", AlgorithmKind::TokenBucket, 80, DAY),
+        shared_policy("window", AlgorithmKind::FixedWindow, 50, DAY),
     ];
     assert_eq!(storm(&stores, &multi, "hot-multi", 64, 2).await, 50);
     let read = stores[0]
@@ -72,8 +70,8 @@ async fn cluster_is_exact_atomic_and_keeps_keys_in_their_slot() {
     // Hostile keys: every policy key of one client in one slot (or the multi-policy
     // script would fail with CROSSSLOT), distinct clients independent.
     let strict = [
-        policy("a", AlgorithmKind::FixedWindow, 1, DAY),
-        policy("b", AlgorithmKind::SlidingLog, 1, DAY),
+        shared_policy("a", AlgorithmKind::FixedWindow, 1, DAY),
+        shared_policy("b", AlgorithmKind::SlidingLog, 1, DAY),
     ];
     let mut seen = HashSet::new();
     for key in hostile_keys() {
@@ -92,7 +90,7 @@ async fn cluster_is_exact_atomic_and_keeps_keys_in_their_slot() {
             .map(|p| {
                 let redis_key = stores[0].state_key(p, &key);
                 assert!(seen.insert(redis_key.clone()));
-                support::cli(cluster.nodes[0].port, &["cluster", "keyslot", &redis_key])
+                redis::cli(cluster.nodes[0].port, &["cluster", "keyslot", &redis_key])
             })
             .collect();
         assert_eq!(slots.len(), 1, "{key:?} spans slots {slots:?}");
@@ -100,7 +98,7 @@ async fn cluster_is_exact_atomic_and_keeps_keys_in_their_slot() {
 
     // A batch spanning many slots is split per slot and still answered in order.
     let batch_keys: Vec<String> = (0..300).map(|i| format!("batch-{i}")).collect();
-    let one = [policy("one", AlgorithmKind::FixedWindow, 1, DAY)];
+    let one = [shared_policy("one", AlgorithmKind::FixedWindow, 1, DAY)];
     let requests: Vec<CheckRequest<'_>> = batch_keys
         .iter()
         .chain(batch_keys.iter().take(10))

@@ -2,20 +2,18 @@
 //! × 64 concurrent tasks on one key admit exactly `limit`, for every algorithm, and for a
 //! multi-policy request exactly the smallest limit, consuming from every policy alike.
 
-mod support;
-
 use std::sync::Arc;
 use std::time::Duration;
 
 use sluicegate_core::{AlgorithmKind, CheckRequest, Store};
-use support::{RedisServer, policy, storm};
+use sluicegate_testkit::{RedisServer, redis, shared_policy, storm};
 
 const DAY: Duration = Duration::from_secs(86_400);
 
 async fn four_stores(url: &str, prefix: &str) -> Vec<Arc<sluicegate_redis::RedisStore>> {
     let mut stores = Vec::new();
     for _ in 0..4 {
-        stores.push(Arc::new(support::store(url, prefix).await));
+        stores.push(Arc::new(redis::store(url, prefix).await));
     }
     stores
 }
@@ -28,7 +26,7 @@ async fn four_instances_admit_exactly_the_limit() {
     let stores = four_stores(&server.url(), "exact").await;
     for kind in AlgorithmKind::ALL {
         // A day-long period: no refill or window change can happen during the storm.
-        let p = [policy("p", kind, 100, DAY)];
+        let p = [shared_policy("p", kind, 100, DAY)];
         let admitted = storm(&stores, &p, &format!("hot-{kind}"), 64, 3).await;
         assert_eq!(admitted, 100, "{kind}");
     }
@@ -41,9 +39,9 @@ async fn multi_policy_requests_are_all_or_nothing_under_concurrency() {
     };
     let stores = four_stores(&server.url(), "exact-multi").await;
     let policies = [
-        policy("burst", AlgorithmKind::TokenBucket, 90, DAY),
-        policy("window", AlgorithmKind::SlidingWindow, 60, DAY),
-        policy("log", AlgorithmKind::SlidingLog, 75, DAY),
+        shared_policy("burst", AlgorithmKind::TokenBucket, 90, DAY),
+        shared_policy("window", AlgorithmKind::SlidingWindow, 60, DAY),
+        shared_policy("log", AlgorithmKind::SlidingLog, 75, DAY),
     ];
     let admitted = storm(&stores, &policies, "hot", 64, 3).await;
     assert_eq!(admitted, 60);

@@ -4,8 +4,6 @@
 //! refunds, resets, zero-cost reads and numbers large enough to need the exact
 //! multiply-divide path.
 
-mod support;
-
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -15,7 +13,7 @@ use sluicegate_core::{
     AlgorithmKind, CheckRequest, KeyedCheck, ManualClock, MemoryStore, Mode, Policy, Store,
 };
 use sluicegate_redis::RedisStore;
-use support::RedisServer;
+use sluicegate_testkit::{RedisServer, redis};
 
 const START: u64 = 1_764_000_000_123_457; // late 2025, in µs, not aligned to anything
 
@@ -119,7 +117,7 @@ async fn every_algorithm_decides_like_the_core() {
     let Some(server) = RedisServer::start() else {
         return;
     };
-    let redis = support::store(&server.url(), "diff").await;
+    let redis = redis::store(&server.url(), "diff").await;
     for (k, kind) in AlgorithmKind::ALL.into_iter().enumerate() {
         for s in 0..12u64 {
             let seed = (k as u64) * 1_000 + s;
@@ -135,7 +133,7 @@ async fn multi_policy_requests_decide_like_the_core() {
     let Some(server) = RedisServer::start() else {
         return;
     };
-    let redis = support::store(&server.url(), "diff-multi").await;
+    let redis = redis::store(&server.url(), "diff-multi").await;
     for seed in 0..24u64 {
         let mut rng = StdRng::seed_from_u64(seed ^ 0xabcd);
         let policies = (0..3)
@@ -153,7 +151,7 @@ async fn keyed_checks_and_batches_decide_like_the_core() {
     let Some(server) = RedisServer::start() else {
         return;
     };
-    let redis = support::store(&server.url(), "diff-keyed").await;
+    let redis = redis::store(&server.url(), "diff-keyed").await;
     let clock = ManualClock::new(START);
     let memory = MemoryStore::with_clock(1_000, clock.clone());
     let mut rng = StdRng::seed_from_u64(7);
@@ -198,7 +196,7 @@ async fn refuses_policies_outside_the_exact_range() {
     let Some(server) = RedisServer::start() else {
         return;
     };
-    let redis = support::store(&server.url(), "diff-range").await;
+    let redis = redis::store(&server.url(), "diff-range").await;
     let odd = [Arc::new(
         Policy::builder(
             "odd",
@@ -223,7 +221,7 @@ async fn sliding_window_beyond_double_precision() {
     let Some(server) = RedisServer::start() else {
         return;
     };
-    let redis = support::store(&server.url(), "diff-wide").await;
+    let redis = redis::store(&server.url(), "diff-wide").await;
     let day = 86_400_000_000u64;
     let p = [Arc::new(
         Policy::builder(

@@ -2,15 +2,13 @@
 //! plus a little (as an error, so the caller applies `on_store_error`), no task hangs or
 //! panics, and once Redis is back decisions use it again within a second.
 
-mod support;
-
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use sluicegate_core::{AlgorithmKind, CheckRequest, OnStoreError, Policy, Store, Verdict};
 use sluicegate_redis::{RedisConfig, RedisStore};
-use support::RedisServer;
+use sluicegate_testkit::RedisServer;
 
 const TIMEOUT: Duration = Duration::from_millis(50);
 const SLACK: Duration = Duration::from_millis(20);

@@ -2,20 +2,19 @@
 //! each maps to one hash tag (checked by the Redis server's own CLUSTER KEYSLOT in the
 //! cluster test).
 
-mod support;
-
 use std::time::Duration;
 
 use sluicegate_core::{AlgorithmKind, CheckRequest, Store};
-use support::{RedisServer, keys, policy};
+use sluicegate_testkit::redis::keys;
+use sluicegate_testkit::{RedisServer, redis, shared_policy};
 
 #[tokio::test]
 async fn hostile_keys_get_distinct_state() {
     let Some(server) = RedisServer::start() else {
         return;
     };
-    let store = support::store(&server.url(), "keys").await;
-    let p = [policy(
+    let store = redis::store(&server.url(), "keys").await;
+    let p = [shared_policy(
         "one",
         AlgorithmKind::FixedWindow,
         1,

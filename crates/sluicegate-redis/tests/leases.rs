@@ -6,8 +6,6 @@
 //!   than `limit` leases out, and a lease taken through one is freed through the other;
 //! - every key written has a TTL.
 
-mod support;
-
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -18,7 +16,7 @@ use sluicegate_core::{
     AlgorithmKind, CheckRequest, Clock, Lease, ManualClock, MemoryStore, Mode, Policy, Store,
 };
 use sluicegate_redis::{RedisConfig, RedisStore};
-use support::{Cluster, RedisServer};
+use sluicegate_testkit::{RedisCluster, RedisServer, redis};
 
 const START: u64 = 1_764_000_000_123_457;
 
@@ -95,7 +93,7 @@ async fn leases_decide_like_the_core() {
     let Some(server) = RedisServer::start() else {
         return;
     };
-    let redis = support::store(&server.url(), "lease-diff").await;
+    let redis = redis::store(&server.url(), "lease-diff").await;
     for seed in 0..16u64 {
         let mut rng = StdRng::seed_from_u64(seed);
         let lease = match seed % 3 {
@@ -111,23 +109,23 @@ async fn leases_decide_like_the_core() {
         let mut policies = vec![concurrency("c", rng.random_range(1..=6), lease, mode)];
         if seed % 2 == 1 {
             // Decided atomically with rate policies in the same script call.
-            policies.push(support::policy(
+            policies.push(Arc::new(sluicegate_testkit::policy(
                 "w",
                 AlgorithmKind::SlidingLog,
                 rng.random_range(2..=8),
                 lease * 2,
-            ));
-            policies.push(support::policy(
+            )));
+            policies.push(Arc::new(sluicegate_testkit::policy(
                 "t",
                 AlgorithmKind::TokenBucket,
                 rng.random_range(2..=8),
                 lease,
-            ));
+            )));
         }
         differential(&redis, seed, policies).await;
     }
     // Every key written has a TTL.
-    for key in support::keys(server.port, "lease-diff:*") {
+    for key in redis::keys(server.port, "lease-diff:*") {
         let ttl: i64 = server.cli(&["PTTL", &key]).trim().parse().unwrap();
         assert!(ttl > 0, "{key} has no TTL ({ttl})");
     }
@@ -198,14 +196,14 @@ async fn two_instances_on_one_redis() {
     let Some(server) = RedisServer::start() else {
         return;
     };
-    let a = support::store(&server.url(), "lease-two").await;
-    let b = support::store(&server.url(), "lease-two").await;
+    let a = redis::store(&server.url(), "lease-two").await;
+    let b = redis::store(&server.url(), "lease-two").await;
     no_over_admission(a, b).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_instances_on_a_cluster() {
-    let Some(cluster) = Cluster::start() else {
+    let Some(cluster) = RedisCluster::start() else {
         return;
     };
     let connect = || async {

@@ -1,14 +1,12 @@
 //! The local over-limit cache against a real Redis: repeated denials skip Redis, and the
 //! cache never admits what Redis would deny.
 
-mod support;
-
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use sluicegate_core::{AlgorithmKind, CheckRequest, Mode, Store};
 use sluicegate_redis::{RedisConfig, RedisStore};
-use support::{RedisServer, policy, policy_with};
+use sluicegate_testkit::{RedisServer, policy_with, redis, shared_policy};
 
 fn script_calls(server: &RedisServer) -> u64 {
     server
@@ -29,10 +27,10 @@ async fn denials_are_repeated_locally_until_retry_after() {
     config.local_cache = true;
     config.timeout = Duration::from_secs(2);
     let cached = RedisStore::connect(config).await.unwrap();
-    let plain = support::store(&server.url(), "cache").await;
+    let plain = redis::store(&server.url(), "cache").await;
 
     // A bucket refilling once every half hour: its denials outlast the test.
-    let p = [policy(
+    let p = [shared_policy(
         "p",
         AlgorithmKind::TokenBucket,
         2,
@@ -66,7 +64,7 @@ async fn denials_are_repeated_locally_until_retry_after() {
     assert!(cached.check(request).await.unwrap().allowed);
 
     // Once retry_after has passed, the cache lets Redis decide again (and Redis admits).
-    let short = [policy(
+    let short = [shared_policy(
         "short",
         AlgorithmKind::TokenBucket,
         2,
@@ -95,24 +93,24 @@ async fn shadow_and_delay_denials_are_not_cached() {
     config.timeout = Duration::from_secs(2);
     let cached = RedisStore::connect(config).await.unwrap();
     let hour = Duration::from_secs(3600);
-    let shadow = [policy_with(
+    let shadow = [Arc::new(policy_with(
         "s",
         AlgorithmKind::TokenBucket,
         1,
         hour,
-        1,
-        Mode::Shadow,
-        hour,
-    )];
-    let delay = [policy_with(
+        |b| b.burst(1).mode(Mode::Shadow).max_delay(hour),
+    ))];
+    let delay = [Arc::new(policy_with(
         "d",
         AlgorithmKind::Gcra,
         1,
         hour,
-        1,
-        Mode::Delay,
-        Duration::from_millis(1),
-    )];
+        |b| {
+            b.burst(1)
+                .mode(Mode::Delay)
+                .max_delay(Duration::from_millis(1))
+        },
+    ))];
     for policies in [&shadow, &delay] {
         let request = CheckRequest::new(policies.as_slice(), "k", 1);
         cached.check(request).await.unwrap();

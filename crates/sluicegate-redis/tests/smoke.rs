@@ -1,14 +1,13 @@
 //! Basic decisions, reset, refund, ping and the configuration errors, against a real
 //! redis-server.
 
-mod support;
-
 use std::sync::Arc;
 use std::time::Duration;
 
 use sluicegate_core::{AlgorithmKind, CheckRequest, Store, StoreError};
 use sluicegate_redis::{RedisConfig, RedisStore, RedisStoreError};
-use support::{RedisServer, policy, store};
+use sluicegate_testkit::redis::store;
+use sluicegate_testkit::{RedisServer, free_port, shared_policy};
 
 #[tokio::test]
 async fn decides_resets_and_pings_for_every_algorithm() {
@@ -19,7 +18,7 @@ async fn decides_resets_and_pings_for_every_algorithm() {
     store.ping().await.unwrap();
     assert_eq!(store.kind(), "redis");
     for kind in AlgorithmKind::ALL {
-        let p = [policy("p", kind, 3, Duration::from_secs(60))];
+        let p = [shared_policy("p", kind, 3, Duration::from_secs(60))];
         let req = CheckRequest::new(&p, "client-1", 1);
         for left in (0..3).rev() {
             let v = store.check(req).await.unwrap();
@@ -49,11 +48,10 @@ async fn decides_resets_and_pings_for_every_algorithm() {
 #[tokio::test]
 async fn bad_requests_fail_before_any_round_trip() {
     // No server at all: request errors must still be request errors.
-    let mut config =
-        RedisConfig::standalone(format!("redis://127.0.0.1:{}", support::free_port(false)));
+    let mut config = RedisConfig::standalone(format!("redis://127.0.0.1:{}", free_port()));
     config.timeout = Duration::from_millis(50);
     let store = RedisStore::connect(config).await.unwrap();
-    let p = [policy(
+    let p = [shared_policy(
         "p",
         AlgorithmKind::TokenBucket,
         3,
@@ -97,7 +95,12 @@ async fn auth_in_the_url() {
     let Some(server) = RedisServer::start_with(&["--requirepass", "s3cret"]) else {
         return;
     };
-    let p = [policy("p", AlgorithmKind::Gcra, 2, Duration::from_secs(60))];
+    let p = [shared_policy(
+        "p",
+        AlgorithmKind::Gcra,
+        2,
+        Duration::from_secs(60),
+    )];
     let good = store(
         &format!("redis://:s3cret@127.0.0.1:{}/0", server.port),
         "auth",
@@ -124,7 +127,7 @@ async fn a_flushed_script_is_loaded_again() {
         return;
     };
     let store = store(&server.url(), "noscript").await;
-    let p = [policy(
+    let p = [shared_policy(
         "p",
         AlgorithmKind::TokenBucket,
         5,

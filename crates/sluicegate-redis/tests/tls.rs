@@ -1,13 +1,12 @@
 //! `rediss://` to a redis-server speaking TLS (self-signed certificate made by openssl, so
 //! the URL opts out of verification with `#insecure`), with a password in the URL.
 
-mod support;
-
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use sluicegate_core::{AlgorithmKind, CheckRequest, Store};
-use support::{free_port, policy, redis_available};
+use sluicegate_testkit::redis::redis_available;
+use sluicegate_testkit::{free_port, redis, shared_policy};
 
 #[tokio::test]
 async fn tls_with_auth_in_the_url() {
@@ -43,7 +42,7 @@ async fn tls_with_auth_in_the_url() {
         eprintln!("SKIPPED: openssl is not installed");
         return;
     }
-    let port = free_port(false);
+    let port = free_port();
     let mut child = Command::new("redis-server")
         .args([
             "--port",
@@ -73,7 +72,7 @@ async fn tls_with_auth_in_the_url() {
         .unwrap();
 
     let url = format!("rediss://:s3cret@127.0.0.1:{port}/0#insecure");
-    let store = support::store(&url, "tls").await;
+    let store = redis::store(&url, "tls").await;
     let started = Instant::now();
     while store.ping().await.is_err() {
         assert!(
@@ -82,7 +81,7 @@ async fn tls_with_auth_in_the_url() {
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let p = [policy(
+    let p = [shared_policy(
         "p",
         AlgorithmKind::SlidingWindow,
         2,
@@ -94,7 +93,7 @@ async fn tls_with_auth_in_the_url() {
     assert!(!store.check(request).await.unwrap().allowed);
 
     // Plain redis:// to the TLS port does not work: the scheme decides.
-    let plain = support::store(&format!("redis://:s3cret@127.0.0.1:{port}/0"), "tls").await;
+    let plain = redis::store(&format!("redis://:s3cret@127.0.0.1:{port}/0"), "tls").await;
     assert!(plain.ping().await.is_err());
     let _ = child.kill();
     let _ = child.wait();

@@ -1,95 +1,160 @@
 //! Every key the scripts write has a TTL, on allowed and denied paths, for every algorithm
-//! and mode; and the keys vanish once their state is idle.
-
-mod support;
+//! and mode: never shorter than the time until the state is back to full (the decision's
+//! `reset_after`: a shorter one would forget a client early and over-admit), never longer
+//! than two periods; and the keys vanish once their state is idle.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use sluicegate_core::{AlgorithmKind, CheckRequest, KeyedCheck, Mode, Store};
-use support::{RedisServer, keys, policy, policy_with};
+use sluicegate_core::{AlgorithmKind, CheckRequest, KeyedCheck, Mode, Policy, Store};
+use sluicegate_redis::state_key;
+use sluicegate_testkit::redis::keys;
+use sluicegate_testkit::{RedisServer, eventually, policy_with, redis, shared_policy};
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn every_key_has_a_ttl_and_vanishes_when_idle() {
-    let Some(server) = RedisServer::start() else {
-        return;
-    };
-    let store = support::store(&server.url(), "ttl").await;
-    let period = Duration::from_millis(200);
+/// Every algorithm in reject and shadow mode, and in delay mode where it has one.
+fn policies(period: Duration) -> Vec<Arc<Policy>> {
     let mut policies = Vec::new();
     for kind in AlgorithmKind::ALL {
         let name = kind.name();
-        policies.push(policy(&format!("{name}-reject"), kind, 3, period));
-        policies.push(policy_with(
+        policies.push(shared_policy(&format!("{name}-reject"), kind, 3, period));
+        policies.push(Arc::new(policy_with(
             &format!("{name}-shadow"),
             kind,
             2,
             period,
-            2,
-            Mode::Shadow,
-            period,
-        ));
+            |b| b.burst(2).mode(Mode::Shadow).max_delay(period),
+        )));
         if kind.supports_delay() {
-            policies.push(policy_with(
+            policies.push(Arc::new(policy_with(
                 &format!("{name}-delay"),
                 kind,
                 3,
                 period,
-                2,
-                Mode::Delay,
-                period / 4,
-            ));
+                |b| b.burst(2).mode(Mode::Delay).max_delay(period / 4),
+            )));
         }
     }
-    let strict = policy("strict", AlgorithmKind::FixedWindow, 1, period);
-    for round in 0..3 {
-        for client in 0..8 {
-            let key = format!("client-{client}");
-            for p in &policies {
-                for cost in [1, 1, 2, 1, 0, 1] {
-                    let ps = [Arc::clone(p)];
-                    store
-                        .check(CheckRequest::new(&ps, &key, cost.min(p.capacity())))
-                        .await
-                        .unwrap();
-                }
-                // Multi-policy denials: `strict` denies, nothing may be written without TTL.
-                let both = [Arc::clone(p), Arc::clone(&strict)];
+    policies
+}
+
+/// The PTTL of `key` in milliseconds (-1: no TTL, -2: no key).
+fn pttl(server: &RedisServer, key: &str) -> i64 {
+    server.cli(&["pttl", key]).trim().parse().unwrap()
+}
+
+/// One check, then the TTL of the state it wrote is at least the decision's `reset_after`
+/// (less the time since the check started, measured, so no scheduling luck is involved).
+async fn check_and_assert_ttl(
+    server: &RedisServer,
+    store: &impl Store,
+    policy: &Arc<Policy>,
+    client: &str,
+    cost: u64,
+) {
+    let started = Instant::now();
+    let ps = [Arc::clone(policy)];
+    let verdict = store
+        .check(CheckRequest::new(&ps, client, cost))
+        .await
+        .unwrap();
+    let key = state_key("ttl-low", client, policy);
+    let left = pttl(server, &key);
+    let elapsed = started.elapsed().as_millis() as i64;
+    let reset_ms = (verdict.decisions[0].decision.reset_after / 1000) as i64;
+    let period_ms = policy.period_duration().as_millis() as i64;
+    assert!(
+        left >= reset_ms - elapsed - 1,
+        "{key}: PTTL {left} ms, but the state is needed for {reset_ms} ms ({elapsed} ms ago)"
+    );
+    assert!(left <= 2 * period_ms + 1, "{key} lives too long: {left} ms");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_ttl_never_ends_before_the_state_is_back_to_full() {
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    let store = redis::store(&server.url(), "ttl-low").await;
+    // A long period: whatever the machine's load, nothing expires during the test.
+    for policy in policies(Duration::from_secs(60)) {
+        for (client, costs) in [("one-by-one", &[1, 1, 1, 1][..]), ("burst", &[2, 1, 3])] {
+            for &cost in costs {
+                let cost = cost.min(policy.capacity());
+                check_and_assert_ttl(&server, &store, &policy, client, cost).await;
+            }
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_write_path_sets_a_ttl_of_at_most_two_periods() {
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    let store = redis::store(&server.url(), "ttl").await;
+    let period = Duration::from_secs(60);
+    let policies = policies(period);
+    let strict = shared_policy("strict", AlgorithmKind::FixedWindow, 1, period);
+    for client in 0..4 {
+        let key = format!("client-{client}");
+        for p in &policies {
+            for cost in [1, 1, 2, 1, 0, 1] {
+                let ps = [Arc::clone(p)];
                 store
-                    .check(CheckRequest::new(&both, &key, 1))
+                    .check(CheckRequest::new(&ps, &key, cost.min(p.capacity())))
                     .await
                     .unwrap();
             }
-            // Refunds and keyed checks write too.
-            let ps = [Arc::clone(&policies[0])];
-            store.refund(&ps, &key, 1).await.unwrap();
-            let items = [
-                KeyedCheck::new(&policies[1], &key, 1),
-                KeyedCheck::new(&policies[2], "other", 1),
-            ];
-            store.check_keyed(&items).await.unwrap();
+            // Multi-policy denials: `strict` denies, nothing may be written without TTL.
+            let both = [Arc::clone(p), Arc::clone(&strict)];
+            store
+                .check(CheckRequest::new(&both, &key, 1))
+                .await
+                .unwrap();
         }
-        let found = keys(server.port, "ttl:*");
-        assert!(found.len() > 10, "round {round}: only {} keys", found.len());
-        for key in &found {
-            let pttl: i64 = server.cli(&["pttl", key]).trim().parse().unwrap();
-            // 0: under a millisecond left; -2: expired between SCAN and PTTL. Only -1, a key
-            // without TTL, is wrong.
-            assert!(pttl >= 0 || pttl == -2, "{key} has PTTL {pttl}");
-            assert!(
-                pttl <= 2 * period.as_millis() as i64 + 1,
-                "{key} lives too long: {pttl} ms"
-            );
+        // Refunds and keyed checks write too.
+        let ps = [Arc::clone(&policies[0])];
+        store.refund(&ps, &key, 1).await.unwrap();
+        let items = [
+            KeyedCheck::new(&policies[1], &key, 1),
+            KeyedCheck::new(&policies[2], "other", 1),
+        ];
+        store.check_keyed(&items).await.unwrap();
+    }
+    let found = keys(server.port, "ttl:*");
+    // Every policy under every client, plus `strict` and the keyed "other".
+    assert!(
+        found.len() > 4 * policies.len(),
+        "only {} keys: {found:?}",
+        found.len()
+    );
+    for key in &found {
+        let left = pttl(&server, key);
+        assert!(left > 0, "{key} has PTTL {left}");
+        assert!(
+            left <= 2 * period.as_millis() as i64 + 1,
+            "{key} lives too long: {left} ms"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keys_vanish_once_idle() {
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    let store = redis::store(&server.url(), "ttl-idle").await;
+    let policies = policies(Duration::from_millis(200));
+    for p in &policies {
+        let ps = [Arc::clone(p)];
+        for cost in [1, 2, 1] {
+            let request = CheckRequest::new(&ps, "idle", cost.min(p.capacity()));
+            store.check(request).await.unwrap();
         }
     }
-    // Idle after at most two periods (sliding window); poll instead of one long sleep.
-    let deadline = Instant::now() + Duration::from_secs(5);
-    loop {
-        let left = keys(server.port, "ttl:*");
-        if left.is_empty() {
-            break;
-        }
-        assert!(Instant::now() < deadline, "keys never expired: {left:?}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    // Idle after at most two periods (sliding window): poll, never one long sleep.
+    eventually("every key expired", || async {
+        keys(server.port, "ttl-idle:*").is_empty()
+    })
+    .await;
 }

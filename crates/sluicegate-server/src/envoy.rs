@@ -43,7 +43,7 @@ pub async fn run(
 
     let service = RateLimitService::new(std::sync::Arc::clone(&state.store), state.envoy.clone())
         .with_headers(state.runtime().header_sets.clone())
-        .with_observer(std::sync::Arc::clone(&state.observer));
+        .with_decider(state.decider.clone());
     let listener = tokio::net::TcpListener::bind(addr)
         .await
         .map_err(|e| format!("cannot listen on {addr} (envoy): {e}"))?;

@@ -9,9 +9,9 @@ use sluicegate_middleware::MetricsObserver;
 /// `sluicegate_decisions_total{policy, outcome}`.
 pub const DECISIONS_TOTAL: &str = sluicegate_middleware::metrics::DECISIONS_TOTAL;
 /// `sluicegate_store_duration_seconds` (histogram).
-pub const STORE_DURATION: &str = "sluicegate_store_duration_seconds";
+pub const STORE_DURATION: &str = sluicegate_core::store::metric::STORE_DURATION;
 /// `sluicegate_store_errors_total`.
-pub const STORE_ERRORS: &str = "sluicegate_store_errors_total";
+pub const STORE_ERRORS: &str = sluicegate_core::store::metric::STORE_ERRORS;
 /// `sluicegate_tracked_keys` (memory store).
 pub const TRACKED_KEYS: &str = "sluicegate_tracked_keys";
 

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use arc_swap::ArcSwap;
-use sluicegate_core::{MemoryStore, Policy, Store, VerdictObserver};
+use sluicegate_core::{Decider, MemoryStore, Policy, Store, VerdictObserver};
 use sluicegate_middleware::{AccessList, ClientIdentity, HeaderSet, RateLimiter, RouteTable};
 
 use crate::config::Config;
@@ -24,12 +24,8 @@ pub struct Runtime {
 }
 
 impl Runtime {
-    /// Prepares a configuration over a store.
-    pub fn new(
-        config: Config,
-        store: Arc<dyn Store>,
-        observer: Arc<dyn VerdictObserver>,
-    ) -> Result<Self, String> {
+    /// Prepares a configuration deciding through `decider`.
+    pub fn new(config: Config, decider: Decider) -> Result<Self, String> {
         let by_name: HashMap<String, Arc<Policy>> = config
             .policies
             .iter()
@@ -43,8 +39,8 @@ impl Runtime {
         );
         let header_sets = config.server.headers.clone();
         let access = AccessList::new(config.server.allow.clone(), config.server.deny.clone());
-        let limiter = RateLimiter::new(store, routes, identity, header_sets.clone(), observer)
-            .with_access(access);
+        let limiter =
+            RateLimiter::new(decider, routes, identity, header_sets.clone()).with_access(access);
         Ok(Runtime {
             config,
             header_sets,
@@ -69,6 +65,8 @@ pub struct AppState {
     memory: Option<Arc<MemoryStore>>,
     /// Sees every decided request (metrics, dashboard).
     pub observer: Arc<dyn VerdictObserver>,
+    /// The store with its observer: the one decision path of every endpoint.
+    pub decider: Decider,
     /// The compiled Envoy rules (`[envoy]`), swapped by `crate::envoy` on changes.
     pub envoy: sluicegate_envoy::SharedConfig,
 }
@@ -81,12 +79,14 @@ impl AppState {
         memory: Option<Arc<MemoryStore>>,
         observer: Arc<dyn VerdictObserver>,
     ) -> Result<Self, String> {
-        let runtime = Runtime::new(config, Arc::clone(&store), Arc::clone(&observer))?;
+        let decider = Decider::new(Arc::clone(&store)).with_observer(Arc::clone(&observer));
+        let runtime = Runtime::new(config, decider.clone())?;
         Ok(AppState {
             runtime: Arc::new(ArcSwap::from_pointee(runtime)),
             store,
             memory,
             observer,
+            decider,
             envoy: sluicegate_envoy::SharedConfig::default(),
         })
     }
@@ -99,7 +99,7 @@ impl AppState {
     /// Installs a new configuration. Unchanged policies keep their state (the memory store
     /// keys its tables by the policy's full definition); removed or changed ones are dropped.
     pub fn apply(&self, config: Config) -> Result<(), String> {
-        let runtime = Runtime::new(config, Arc::clone(&self.store), Arc::clone(&self.observer))?;
+        let runtime = Runtime::new(config, self.decider.clone())?;
         self.runtime.store(Arc::new(runtime));
         self.prune();
         Ok(())

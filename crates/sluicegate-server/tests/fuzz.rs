@@ -1,11 +1,9 @@
 //! Random bodies, headers, methods and paths at the API: never a 5xx, never a crash.
 
-mod common;
-
-use common::{Server, write};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
 use serde_json::{Value, json};
+use sluicegate_testkit::{Sluicegate, sluicegate_bin, write};
 
 const CONFIG: &str = r#"
 [server]
@@ -123,7 +121,7 @@ fn headers() -> impl Strategy<Value = Vec<(String, String)>> {
 fn random_requests_never_get_a_5xx() {
     let dir = tempfile::tempdir().unwrap();
     let config = write(dir.path(), "fuzz.toml", CONFIG);
-    let mut server = Server::start(&["--config", config.to_str().unwrap()]);
+    let mut server = Sluicegate::start(sluicegate_bin!(), &["--config", config.to_str().unwrap()]);
     let rt = tokio::runtime::Runtime::new().unwrap();
     let client = reqwest::Client::new();
     let base = format!("http://{}", server.api);

@@ -1,18 +1,14 @@
 //! The gateway in front of a small upstream: per-route limits, everything else passed
 //! through byte for byte (bodies streamed both ways), 502 when the upstream is down.
 
-mod common;
-
-use std::net::SocketAddr;
-
 use axum::Router;
 use axum::body::Body;
 use axum::extract::Request;
 use axum::http::HeaderValue;
 use axum::response::Response;
-use common::{Server, free_port, write};
 use reqwest::Client;
 use serde_json::Value;
+use sluicegate_testkit::{Sluicegate, free_port, http, sluicegate_bin, write};
 
 const CONFIG: &str = r#"
 [[policies]]
@@ -60,31 +56,27 @@ fn pattern(len: usize) -> Vec<u8> {
         .collect()
 }
 
-async fn upstream() -> SocketAddr {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        axum::serve(listener, Router::new().fallback(echo))
-            .await
-            .unwrap();
-    });
-    addr
+/// The echo upstream on loopback; returns its `http://` URL.
+async fn upstream() -> String {
+    http::serve(Router::new().fallback(echo)).await
 }
 
 #[tokio::test]
 async fn routes_are_limited_and_everything_else_passes_through() {
-    let up = upstream().await;
+    let upstream_url = upstream().await;
     let dir = tempfile::tempdir().unwrap();
     let path = write(dir.path(), "g.toml", CONFIG);
-    let upstream_url = format!("http://{up}");
-    let server = Server::start(&[
-        "--config",
-        path.to_str().unwrap(),
-        "--gateway-listen",
-        "127.0.0.1:0",
-        "--upstream",
-        &upstream_url,
-    ]);
+    let server = Sluicegate::start(
+        sluicegate_bin!(),
+        &[
+            "--config",
+            path.to_str().unwrap(),
+            "--gateway-listen",
+            "127.0.0.1:0",
+            "--upstream",
+            &upstream_url,
+        ],
+    );
     let client = Client::new();
 
     for i in 1..=3 {
@@ -181,7 +173,10 @@ async fn routes_are_limited_and_everything_else_passes_through() {
 #[tokio::test]
 async fn an_unreachable_upstream_is_a_json_502() {
     let dead = format!("http://127.0.0.1:{}", free_port());
-    let server = Server::start(&["--gateway-listen", "127.0.0.1:0", "--upstream", &dead]);
+    let server = Sluicegate::start(
+        sluicegate_bin!(),
+        &["--gateway-listen", "127.0.0.1:0", "--upstream", &dead],
+    );
     let r = Client::new()
         .get(server.gateway_url("/anything"))
         .send()

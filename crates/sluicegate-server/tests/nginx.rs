@@ -1,12 +1,7 @@
 //! Debian's nginx in front, `auth_request` to /v1/forward-auth, rate-limits a location.
 
-mod common;
-
-use std::os::unix::fs::PermissionsExt;
-use std::process::{Child, Command, Stdio};
-
-use common::{Server, free_port, program, wait_for_port, write};
 use reqwest::Client;
+use sluicegate_testkit::{Nginx, Sluicegate, sluicegate_bin, write};
 
 const CONFIG: &str = r#"
 [server]
@@ -25,41 +20,10 @@ policies = ["limited"]
 key = "ip"
 "#;
 
-struct Nginx(Child);
-
-impl Drop for Nginx {
-    fn drop(&mut self) {
-        // SIGTERM lets the master stop its workers; SIGKILL would orphan them.
-        let _ = Command::new("kill")
-            .args(["-TERM", &self.0.id().to_string()])
-            .status();
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
-        while std::time::Instant::now() < deadline {
-            if let Ok(Some(_)) = self.0.try_wait() {
-                return;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(20));
-        }
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn nginx_conf(dir: &str, port: u16, sluicegate: &str) -> String {
+/// The `server` block: /limited/ asks Sluicegate first (`auth_request`), /open/ does not.
+fn nginx_server(dir: &str, port: u16, sluicegate: &str) -> String {
     format!(
         r#"
-worker_processes 1;
-daemon off;
-pid {dir}/nginx.pid;
-error_log {dir}/error.log warn;
-events {{ worker_connections 64; }}
-http {{
-    access_log off;
-    client_body_temp_path {dir}/tmp/body;
-    proxy_temp_path {dir}/tmp/proxy;
-    fastcgi_temp_path {dir}/tmp/fastcgi;
-    uwsgi_temp_path {dir}/tmp/uwsgi;
-    scgi_temp_path {dir}/tmp/scgi;
     server {{
         listen 127.0.0.1:{port};
         root {dir}/www;
@@ -88,50 +52,28 @@ http {{
             return 429 '{{"error":"rate_limit_exceeded"}}';
         }}
     }}
-}}
 "#
     )
 }
 
 #[tokio::test]
 async fn nginx_auth_request_rate_limits_a_location() {
-    let Some(nginx) = program("nginx") else {
+    let dir = tempfile::tempdir().unwrap();
+    let config = write(dir.path(), "sluicegate.toml", CONFIG);
+    let server = Sluicegate::start(sluicegate_bin!(), &["--config", config.to_str().unwrap()]);
+    let api = server.api.to_string();
+    let Some(nginx) = Nginx::start(|d, port| nginx_server(d.to_str().unwrap(), port, &api)) else {
         return;
     };
-    let dir = tempfile::tempdir().unwrap();
-    let d = dir.path();
-    // nginx workers may run as another user: let them read the tree.
-    std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o755)).unwrap();
-    for sub in ["www/limited", "www/open", "tmp"] {
-        std::fs::create_dir_all(d.join(sub)).unwrap();
+    let www = nginx.dir().join("www");
+    for sub in ["limited", "open"] {
+        std::fs::create_dir_all(www.join(sub)).unwrap();
     }
-    write(&d.join("www/limited"), "page.txt", "limited content\n");
-    write(&d.join("www/open"), "page.txt", "open content\n");
-    let config = write(d, "sluicegate.toml", CONFIG);
-    let server = Server::start(&["--config", config.to_str().unwrap()]);
-
-    let port = free_port();
-    let conf = write(
-        d,
-        "nginx.conf",
-        &nginx_conf(d.to_str().unwrap(), port, &server.api.to_string()),
-    );
-    let child = Command::new(nginx)
-        .arg("-p")
-        .arg(d)
-        .arg("-c")
-        .arg(&conf)
-        .arg("-e")
-        .arg(d.join("error.log"))
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let _nginx = Nginx(child);
-    wait_for_port(([127, 0, 0, 1], port).into());
+    write(&www.join("limited"), "page.txt", "limited content\n");
+    write(&www.join("open"), "page.txt", "open content\n");
 
     let client = Client::new();
-    let url = |p: &str| format!("http://127.0.0.1:{port}{p}");
+    let url = |p: &str| nginx.url(p);
     for i in 1..=3 {
         let r = client.get(url("/limited/page.txt")).send().await.unwrap();
         assert_eq!(r.status(), 200, "request {i}");

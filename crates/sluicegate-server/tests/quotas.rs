@@ -1,36 +1,9 @@
 //! Issue 14 through the real binary, on the memory store and on a real redis-server:
 //! richer keys, allow/deny lists (and their metrics).
 
-mod common;
-
 use std::net::IpAddr;
-use std::process::{Child, Command, Stdio};
 
-use common::{Server, free_port, program, wait_for_port, write};
-
-struct Redis(Child);
-
-impl Drop for Redis {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// A throwaway redis-server; `None` (skipped) when not installed outside CI.
-fn redis() -> Option<(Redis, u16)> {
-    let binary = program("redis-server")?;
-    let port = free_port();
-    let child = Command::new(binary)
-        .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-        .args(["--save", "", "--appendonly", "no"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    wait_for_port(([127, 0, 0, 1], port).into());
-    Some((Redis(child), port))
-}
+use sluicegate_testkit::{RedisServer, Sluicegate, sluicegate_bin, write};
 
 fn store_section(redis_port: Option<u16>) -> String {
     match redis_port {
@@ -48,7 +21,7 @@ fn client_from(local: &str) -> reqwest::Client {
         .unwrap()
 }
 
-async fn forward_auth(client: &reqwest::Client, server: &Server, uri: &str) -> u16 {
+async fn forward_auth(client: &reqwest::Client, server: &Sluicegate, uri: &str) -> u16 {
     client
         .get(server.url("/v1/forward-auth"))
         .header("x-original-uri", uri)
@@ -83,7 +56,7 @@ deny = ["127.0.0.4/32"]
         store_section(redis_port)
     );
     let path = write(dir.path(), "quotas.toml", &config);
-    let server = Server::start(&["--config", path.to_str().unwrap()]);
+    let server = Sluicegate::start(sluicegate_bin!(), &["--config", path.to_str().unwrap()]);
 
     let plain = client_from("127.0.0.1");
     assert_eq!(forward_auth(&plain, &server, "/api?api_key=a").await, 200);
@@ -134,8 +107,8 @@ async fn keys_and_access_lists_on_memory() {
 
 #[tokio::test]
 async fn keys_and_access_lists_on_redis() {
-    let Some((_redis, port)) = redis() else {
+    let Some(redis) = RedisServer::start() else {
         return;
     };
-    keys_and_lists(Some(port)).await;
+    keys_and_lists(Some(redis.port)).await;
 }

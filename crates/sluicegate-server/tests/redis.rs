@@ -1,45 +1,15 @@
 //! Two server processes sharing one redis-server admit exactly `limit` together.
 
-mod common;
-
-use std::process::{Child, Command, Stdio};
-
-use common::{Server, free_port, program, wait_for_port, write};
 use reqwest::Client;
 use serde_json::{Value, json};
-
-struct Redis(Child);
-
-impl Drop for Redis {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
+use sluicegate_testkit::{RedisServer, Sluicegate, free_port, sluicegate_bin, write};
 
 #[tokio::test]
 async fn two_servers_on_one_redis_admit_exactly_the_limit() {
-    let Some(redis) = program("redis-server") else {
+    let Some(redis) = RedisServer::start() else {
         return;
     };
-    let port = free_port();
-    let child = Command::new(redis)
-        .args([
-            "--port",
-            &port.to_string(),
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-        ])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let _redis = Redis(child);
-    wait_for_port(([127, 0, 0, 1], port).into());
+    let port = redis.port;
 
     let dir = tempfile::tempdir().unwrap();
     let config = format!(
@@ -65,8 +35,8 @@ on_store_error = "deny"
 "#
     );
     let path = write(dir.path(), "redis.toml", &config);
-    let a = Server::start(&["--config", path.to_str().unwrap()]);
-    let b = Server::start(&["--config", path.to_str().unwrap()]);
+    let a = Sluicegate::start(sluicegate_bin!(), &["--config", path.to_str().unwrap()]);
+    let b = Sluicegate::start(sluicegate_bin!(), &["--config", path.to_str().unwrap()]);
     assert!(
         a.banner.contains("store: redis redis://127.0.0.1"),
         "{}",
@@ -145,7 +115,10 @@ on_store_error = "deny"
 "#;
     let path = write(dir.path(), "down.toml", config);
     // `--redis` overrides the file's (default, in-memory) store.
-    let server = Server::start(&["--config", path.to_str().unwrap(), "--redis", &dead]);
+    let server = Sluicegate::start(
+        sluicegate_bin!(),
+        &["--config", path.to_str().unwrap(), "--redis", &dead],
+    );
     assert!(server.banner.contains("store: redis"), "{}", server.banner);
     let client = Client::new();
     let r = client.get(server.url("/readyz")).send().await.unwrap();

@@ -1,12 +1,10 @@
 //! Hot reload: edits, broken files, rename-onto and symlink swaps (Kubernetes ConfigMaps).
 
-mod common;
-
 use std::path::Path;
 
-use common::{Server, eventually, write};
 use reqwest::Client;
 use serde_json::{Value, json};
+use sluicegate_testkit::{Sluicegate, eventually, sluicegate_bin, write};
 
 fn config(limit: u64) -> String {
     format!(
@@ -26,7 +24,7 @@ period = "1h"
     )
 }
 
-async fn limit_of(client: &Client, server: &Server, policy: &str) -> Option<u64> {
+async fn limit_of(client: &Client, server: &Sluicegate, policy: &str) -> Option<u64> {
     let v: Value = client
         .get(server.url("/v1/policies"))
         .send()
@@ -42,7 +40,7 @@ async fn limit_of(client: &Client, server: &Server, policy: &str) -> Option<u64>
         .as_u64()
 }
 
-async fn check(client: &Client, server: &Server, policy: &str, cost: u64) -> Value {
+async fn check(client: &Client, server: &Sluicegate, policy: &str, cost: u64) -> Value {
     client
         .post(server.url("/v1/check"))
         .json(&json!({"policy": policy, "key": "client", "cost": cost}))
@@ -58,7 +56,7 @@ async fn check(client: &Client, server: &Server, policy: &str, cost: u64) -> Val
 async fn edits_apply_broken_files_are_ignored_and_renames_are_seen() {
     let dir = tempfile::tempdir().unwrap();
     let path = write(dir.path(), "sluicegate.toml", &config(2));
-    let server = Server::start(&["--config", path.to_str().unwrap()]);
+    let server = Sluicegate::start(sluicegate_bin!(), &["--config", path.to_str().unwrap()]);
     let client = Client::new();
     assert_eq!(limit_of(&client, &server, "changing").await, Some(2));
     assert_eq!(check(&client, &server, "kept", 3).await["remaining"], 7);
@@ -111,7 +109,7 @@ async fn a_configmap_style_symlink_swap_is_seen() {
     symlink("..v1", d.join("..data")).unwrap();
     symlink("..data/sluicegate.toml", d.join("sluicegate.toml")).unwrap();
     let path = d.join("sluicegate.toml");
-    let server = Server::start(&["--config", path.to_str().unwrap()]);
+    let server = Sluicegate::start(sluicegate_bin!(), &["--config", path.to_str().unwrap()]);
     let client = Client::new();
     assert_eq!(limit_of(&client, &server, "changing").await, Some(3));
 

@@ -1,10 +1,8 @@
 //! SIGTERM drains requests in flight before the process exits 0.
 
-mod common;
-
 use std::time::Duration;
 
-use common::{Server, write};
+use sluicegate_testkit::{Sluicegate, sluicegate_bin, write};
 
 const CONFIG: &str = r#"
 [[policies]]
@@ -25,7 +23,7 @@ key = "global"
 async fn a_request_waiting_for_its_slot_is_answered_before_exit() {
     let dir = tempfile::tempdir().unwrap();
     let path = write(dir.path(), "slow.toml", CONFIG);
-    let server = Server::start(&["--config", path.to_str().unwrap()]);
+    let server = Sluicegate::start(sluicegate_bin!(), &["--config", path.to_str().unwrap()]);
     let client = reqwest::Client::new();
     let url = server.url("/v1/forward-auth");
     let first = client

@@ -1,8 +1,7 @@
 //! `sluicegate validate` and the same validation at start.
 
-mod common;
-
-use common::{binary, write};
+use sluicegate_testkit::{sluicegate_bin, write};
+use std::process::Command;
 
 const BROKEN: &str = r#"[server]
 listen = "localhost"
@@ -37,7 +36,7 @@ policies = ["auth", "nope"]
 fn every_error_is_reported_with_line_and_column() {
     let dir = tempfile::tempdir().unwrap();
     let path = write(dir.path(), "broken.toml", BROKEN);
-    let out = binary()
+    let out = Command::new(sluicegate_bin!())
         .args(["validate", "--config"])
         .arg(&path)
         .output()
@@ -77,7 +76,7 @@ fn burst_below_one_is_an_error() {
     let text =
         "[[policies]]\nname = \"a\"\nalgorithm = \"gcra\"\nlimit = 1\nperiod = \"1s\"\nburst = 0\n";
     let path = write(dir.path(), "b.toml", text);
-    let out = binary()
+    let out = Command::new(sluicegate_bin!())
         .args(["validate", "--config"])
         .arg(&path)
         .output()
@@ -94,7 +93,7 @@ fn burst_below_one_is_an_error() {
 fn a_syntax_error_has_its_place_too() {
     let dir = tempfile::tempdir().unwrap();
     let path = write(dir.path(), "s.toml", "[server]\nlisten = \"127.0.0.1:1\n");
-    let out = binary()
+    let out = Command::new(sluicegate_bin!())
         .args(["validate", "--config"])
         .arg(&path)
         .output()
@@ -114,7 +113,7 @@ fn valid_files_pass_and_serve_refuses_invalid_ones() {
     for entry in std::fs::read_dir(&root).unwrap() {
         let path = entry.unwrap().path();
         if path.extension().is_some_and(|e| e == "toml") {
-            let out = binary()
+            let out = Command::new(sluicegate_bin!())
                 .args(["validate", "--config"])
                 .arg(&path)
                 .output()
@@ -132,7 +131,7 @@ fn valid_files_pass_and_serve_refuses_invalid_ones() {
 
     let dir = tempfile::tempdir().unwrap();
     let path = write(dir.path(), "broken.toml", BROKEN);
-    let out = binary()
+    let out = Command::new(sluicegate_bin!())
         .args(["serve", "--listen", "127.0.0.1:0", "--config"])
         .arg(&path)
         .output()

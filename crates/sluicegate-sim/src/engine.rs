@@ -197,9 +197,8 @@ where
         let key = arrival.key as usize;
         let state = &mut states[key];
         let decision = alg.evaluate(state, now, arrival.cost, budget);
-        let (verdict, consume) =
-            Verdict::combine(vec![(Arc::clone(policy), decision, arrival.cost)]);
-        if consume.first().copied().unwrap_or(false) {
+        let verdict = Verdict::combine_one(Arc::clone(policy), decision);
+        if verdict.consumes(0) {
             alg.consume(state, now, arrival.cost);
             run.state_bytes = run.state_bytes.max(state.state_bytes());
         }

@@ -167,8 +167,8 @@ impl<C: Clock> MemoryStore<C> {
             fp,
         };
         let decision = shard.evaluate(target, now, item.cost);
-        let (verdict, consume) = Verdict::combine_one(Arc::clone(item.policy), decision);
-        if consume {
+        let verdict = Verdict::combine_one(Arc::clone(item.policy), decision);
+        if verdict.consumes(0) {
             shard.commit(target, now, item.cost, &decision, &|_, _| false);
         }
         shard.sweep(r.index, now);
@@ -209,12 +209,11 @@ impl<C: Clock> MemoryStore<C> {
                 (Arc::clone(item.policy), d, item.cost)
             })
             .collect();
-        let (verdict, consume) = Verdict::combine(decided);
+        let verdict = Verdict::combine(decided);
         let decided = verdict.decisions.iter().map(|d| &d.decision);
-        for (((item, (r, fp, s)), consume), decision) in
-            items.iter().zip(&parts).zip(consume).zip(decided)
+        for (i, ((item, (r, fp, s)), decision)) in items.iter().zip(&parts).zip(decided).enumerate()
         {
-            if consume {
+            if verdict.consumes(i) {
                 let protected = |index: usize, f: Fingerprint| {
                     parts
                         .iter()

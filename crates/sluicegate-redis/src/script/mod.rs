@@ -95,9 +95,7 @@ pub(crate) fn invocation<'s>(
     for item in &distinct {
         let p = &item.params;
         inv.arg(p.code)
-            .arg(u8::from(
-                item.policy.mode() == sluicegate_core::Mode::Shadow,
-            ))
+            .arg(u8::from(!item.policy.is_enforcing()))
             .arg(p.limit)
             .arg(p.period)
             .arg(p.burst)
@@ -147,7 +145,7 @@ pub(crate) fn verdicts(requests: &[&[Item]], reply: &[i64]) -> Result<Vec<Verdic
             };
             decided.push((Arc::clone(&item.policy), decision, item.cost));
         }
-        out.push(Verdict::combine(decided).0);
+        out.push(Verdict::combine(decided));
     }
     Ok(out)
 }

@@ -114,21 +114,15 @@ pub async fn decide(
     key: &str,
     cost: u64,
 ) -> Result<Verdict, ApiError> {
-    let request = CheckRequest::new(policies, key, cost);
-    request.validate().map_err(|e| ApiError::from_store(&e))?;
-    let result = state.store.check(request).await;
-    let verdict = match result {
-        Ok(verdict) => verdict,
-        Err(e) if e.is_bad_request() => return Err(ApiError::from_store(&e)),
-        Err(e) => {
-            tracing::warn!(error = %e, store = state.store.kind(), "store failed; on_store_error decides");
-            Verdict::store_failed(policies)
-        }
-    };
-    if cost > 0 {
-        state.observer.observe(key, &verdict);
+    let decided = state
+        .decider
+        .check(CheckRequest::new(policies, key, cost))
+        .await
+        .map_err(|e| ApiError::from_store(&e))?;
+    if let Some(e) = &decided.failure {
+        tracing::warn!(error = %e, store = state.store.kind(), "store failed; on_store_error decides");
     }
-    Ok(verdict)
+    Ok(decided.verdict)
 }
 
 /// The 200 answer with the rate-limit headers (and `Retry-After` on a denial).
@@ -178,21 +172,13 @@ async fn check_batch(
         .iter()
         .map(|(_, policies, body)| CheckRequest::new(policies, &body.key, body.cost))
         .collect();
-    let verdicts = state.store.check_batch(&requests).await;
-    for ((i, policies, body), verdict) in valid.iter().zip(verdicts) {
-        let verdict = match verdict {
-            Ok(v) => v,
-            Err(e) if e.is_bad_request() => {
-                results[*i] = Some(BatchEntry::Failed(ApiError::from_store(&e).body));
-                continue;
-            }
-            Err(_) => Verdict::store_failed(policies),
+    let decided = state.decider.check_batch(&requests).await;
+    for ((i, _, body), decided) in valid.iter().zip(decided) {
+        results[*i] = match decided {
+            Ok(decided) => CheckResponse::from_verdict(&decided.verdict, body.policy.is_list())
+                .map(BatchEntry::Decided),
+            Err(e) => Some(BatchEntry::Failed(ApiError::from_store(&e).body)),
         };
-        if body.cost > 0 {
-            state.observer.observe(&body.key, &verdict);
-        }
-        results[*i] =
-            CheckResponse::from_verdict(&verdict, body.policy.is_list()).map(BatchEntry::Decided);
     }
     Ok(BatchResponse {
         results: results

