@@ -101,9 +101,10 @@ impl Decider {
         &self.observer
     }
 
-    /// Decides one request (and consumes if admitted). `Err` only for a mistake of the
-    /// caller's ([`StoreError::is_bad_request`]); a failing store is answered by each
-    /// policy's `on_store_error`. Observed unless `cost` is 0 (a read is not a decision).
+    /// Decides one request (and consumes if admitted). `Err` for a mistake of the caller's
+    /// ([`StoreError::is_bad_request`]) or an error of the configuration or the code (never
+    /// answered by `on_store_error`); an outage of the store is answered by each policy's
+    /// `on_store_error`. Observed unless `cost` is 0 (a read is not a decision).
     pub async fn check(&self, request: CheckRequest<'_>) -> Result<Decided, StoreError> {
         let result = self.bounded(self.store.check(request)).await;
         let decided = settle(result, || Verdict::store_failed(request.policies))?;
@@ -183,8 +184,9 @@ async fn batch(
     Ok(store.check_batch(requests).await)
 }
 
-/// The `on_store_error` rule: the caller's mistakes stay errors, a store failure becomes
-/// the `failed` verdict.
+/// The `on_store_error` rule: an outage ([`StoreError::is_outage`]) becomes the `failed`
+/// verdict; the caller's mistakes and errors of the configuration or the code stay errors,
+/// so they can never fail open.
 fn settle(
     result: Result<Verdict, StoreError>,
     failed: impl FnOnce() -> Verdict,
@@ -194,7 +196,7 @@ fn settle(
             verdict,
             failure: None,
         }),
-        Err(error) if error.is_bad_request() => Err(error),
+        Err(error) if !error.is_outage() => Err(error),
         Err(error) => Ok(Decided {
             verdict: failed(),
             failure: Some(error),

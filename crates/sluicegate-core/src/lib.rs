@@ -23,10 +23,12 @@
 #![warn(missing_docs)]
 
 pub mod algorithm;
+pub mod calendar;
 pub mod clock;
 pub mod decide;
 pub mod decision;
 pub mod memory;
+pub mod penalty;
 pub mod policy;
 pub mod spec;
 pub mod store;
@@ -36,7 +38,7 @@ pub use clock::{Clock, ManualClock, Micros, SystemClock};
 pub use decide::{Decided, Decider, Timer};
 pub use decision::Decision;
 pub use memory::MemoryStore;
-pub use policy::{AlgorithmKind, Mode, OnStoreError, Policy, PolicyError};
+pub use policy::{AlgorithmKind, CountingKey, MAX_PERIOD, Mode, OnStoreError, Policy, PolicyError};
 pub use spec::PolicySpec;
 pub use store::{BoxFuture, CheckRequest, KeyedCheck, Lease, Store, StoreError};
 pub use verdict::{NoObserver, Outcome, PolicyDecision, Verdict, VerdictObserver};

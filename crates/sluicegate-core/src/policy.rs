@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use crate::calendar::Calendar;
 use crate::clock::{Micros, micros};
 
 /// Which limiting algorithm a policy uses. See each module under [`crate::algorithm`].
@@ -154,6 +155,9 @@ pub enum PolicyError {
     /// `burst = 0`.
     #[error("burst must be at least 1")]
     ZeroBurst,
+    /// `period` or `max_delay` over [`MAX_PERIOD`].
+    #[error("{0} must be at most 3660d (10 years of 366 days)")]
+    TooLong(&'static str),
     /// `mode = "delay"` on fixed_window, sliding_log or sliding_window.
     #[error(
         "mode \"delay\" needs token_bucket, leaky_bucket or gcra; {0} can only reject or shadow"
@@ -170,6 +174,15 @@ pub enum PolicyError {
     /// `lease` on a rate algorithm, or `period`/`burst` on concurrency.
     #[error("{0}")]
     ConcurrencyField(&'static str),
+    /// `calendar` on another algorithm than fixed_window.
+    #[error("calendar periods need algorithm \"fixed_window\", not {0}")]
+    CalendarNeedsFixedWindow(AlgorithmKind),
+    /// `calendar` or `timezone` that does not parse.
+    #[error("{0}")]
+    InvalidCalendar(String),
+    /// `penalty` over [`MAX_PENALTY`].
+    #[error("penalty must be at most 100 years")]
+    PenaltyTooLong,
     /// The numbers overflow the 64-bit fixed-point arithmetic of the buckets.
     #[error(
         "{0} is too large: for token_bucket, leaky_bucket and gcra, burst × period (in µs) and, in delay mode, limit × max_delay must stay under 2^62"
@@ -201,7 +214,27 @@ pub struct Policy {
     mode: Mode,
     max_delay: Micros,
     on_store_error: OnStoreError,
+    penalty: Micros,
+    calendar: Option<Calendar>,
 }
+
+/// The numbers that give a policy's stored state its meaning: its name, algorithm, limit,
+/// period and burst. Two policies with the same counting key read each other's state the
+/// same way, so a reload that changes only the mode, `max_delay`, `on_store_error` or
+/// `penalty` keeps every key's state.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct CountingKey {
+    name: String,
+    algorithm: AlgorithmKind,
+    limit: u64,
+    period: Micros,
+    burst: u64,
+    calendar: Option<Calendar>,
+}
+
+/// Longest `penalty`: a hundred years, so that `now + penalty` stays exact everywhere
+/// (Redis computes in doubles, exact to 2^53 µs).
+pub const MAX_PENALTY: Micros = 100 * 366 * 86_400 * 1_000_000;
 
 /// Builds a [`Policy`]; `build` validates it.
 #[derive(Debug, Clone)]
@@ -209,6 +242,11 @@ pub struct PolicyBuilder {
     policy: Policy,
     burst_set: bool,
 }
+
+/// The longest `period` (and `max_delay`) a policy may have: 10 years of 366 days. Longer
+/// limits are not rate limits, and the bound keeps every product of the arithmetic (here
+/// and in the Redis scripts) far from overflow.
+pub const MAX_PERIOD: Duration = Duration::from_secs(3660 * 86_400);
 
 /// Bound for the products the bucket algorithms keep in an `i64`, leaving headroom.
 const FIXED_POINT_BOUND: u128 = 1 << 62;
@@ -231,6 +269,8 @@ impl Policy {
                 mode: Mode::Reject,
                 max_delay: 0,
                 on_store_error: OnStoreError::Allow,
+                penalty: 0,
+                calendar: None,
             },
             burst_set: false,
         }
@@ -283,6 +323,35 @@ impl Policy {
     pub fn on_store_error(&self) -> OnStoreError {
         self.on_store_error
     }
+    /// How long a key this policy denies stays denied, µs (0: no penalty). See
+    /// [`crate::penalty`].
+    pub fn penalty(&self) -> Micros {
+        self.penalty
+    }
+    /// What identifies this policy's stored state (see [`CountingKey`]).
+    pub fn counting_key(&self) -> CountingKey {
+        CountingKey {
+            name: self.name.clone(),
+            algorithm: self.algorithm,
+            limit: self.limit,
+            period: self.period,
+            burst: self.burst,
+            calendar: self.calendar.clone(),
+        }
+    }
+    /// The calendar windows of a `fixed_window` policy with `calendar` (its `period` is
+    /// then the longest such window).
+    pub fn calendar(&self) -> Option<&Calendar> {
+        self.calendar.as_ref()
+    }
+    /// The length of the window holding `now`, µs: the period, or for a calendar policy
+    /// the real length of the current day, week, month or year.
+    pub fn window_at(&self, now: Micros) -> Micros {
+        match self.calendar.as_ref().and_then(|c| c.window(now)) {
+            Some((start, end)) => end - start,
+            None => self.period,
+        }
+    }
     /// The largest cost one request can ever have: `burst` for buckets, `limit` for windows.
     pub fn capacity(&self) -> u64 {
         if self.algorithm.uses_burst() {
@@ -325,6 +394,18 @@ impl PolicyBuilder {
         self.policy.on_store_error = on_store_error;
         self
     }
+    /// Calendar windows instead of `period` (`fixed_window` only); sets the period to the
+    /// longest such window.
+    pub fn calendar(mut self, calendar: Calendar) -> Self {
+        self.policy.period = calendar.unit().longest();
+        self.policy.calendar = Some(calendar);
+        self
+    }
+    /// Once this policy denies a key, the key stays denied this long (default: none).
+    pub fn penalty(mut self, penalty: Duration) -> Self {
+        self.policy.penalty = micros(penalty);
+        self
+    }
 
     /// Validates and returns the policy.
     pub fn build(self) -> Result<Policy, PolicyError> {
@@ -353,6 +434,12 @@ impl PolicyBuilder {
         if p.period == 0 {
             return Err(PolicyError::ZeroPeriod);
         }
+        if p.period > micros(MAX_PERIOD) {
+            return Err(PolicyError::TooLong("period"));
+        }
+        if p.max_delay > micros(MAX_PERIOD) {
+            return Err(PolicyError::TooLong("max_delay"));
+        }
         if self.burst_set && p.burst == 0 {
             return Err(PolicyError::ZeroBurst);
         }
@@ -366,6 +453,12 @@ impl PolicyBuilder {
         }
         if p.mode == Mode::Delay && !scaled(p.limit, p.max_delay) {
             return Err(PolicyError::TooLarge("limit × max_delay"));
+        }
+        if p.calendar.is_some() && p.algorithm != AlgorithmKind::FixedWindow {
+            return Err(PolicyError::CalendarNeedsFixedWindow(p.algorithm));
+        }
+        if p.penalty > MAX_PENALTY {
+            return Err(PolicyError::PenaltyTooLong);
         }
         Ok(p)
     }

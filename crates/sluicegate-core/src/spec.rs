@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use crate::calendar::{Calendar, CalendarUnit};
 use crate::policy::{AlgorithmKind, Mode, OnStoreError, Policy, PolicyError};
 
 /// A policy as configured. Durations are strings such as `"250ms"`, `"1s"`, `"1m"`, `"1h"`, `"1d"`.
@@ -25,7 +26,7 @@ pub struct PolicySpec {
     pub algorithm: AlgorithmKind,
     /// Requests per period (concurrency: requests in flight).
     pub limit: u64,
-    /// The period, e.g. `"1m"`; none for concurrency (which has `lease`).
+    /// The period, e.g. `"1m"`; empty (absent) with `calendar`, and for concurrency (which has `lease`).
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub period: String,
     /// Bucket capacity; defaults to `limit`.
@@ -44,6 +45,35 @@ pub struct PolicySpec {
     /// to [`DEFAULT_LEASE`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lease: Option<String>,
+    /// Once denied, the key stays denied this long, e.g. `"10m"`; none when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub penalty: Option<String>,
+    /// `fixed_window` only, instead of `period`: `day`, `week`, `month` or `year`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub calendar: Option<String>,
+    /// The IANA zone of the calendar's midnights; default `UTC`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timezone: Option<String>,
+}
+
+/// The calendar of `calendar` and `timezone` as configured: `Ok(None)` without a calendar;
+/// a `timezone` without `calendar` is an error (it would silently do nothing).
+pub fn parse_calendar(
+    calendar: Option<&str>,
+    timezone: Option<&str>,
+) -> Result<Option<Calendar>, PolicyError> {
+    match (calendar, timezone) {
+        (None, None) => Ok(None),
+        (None, Some(_)) => Err(PolicyError::InvalidCalendar(
+            "timezone needs calendar = \"day\", \"week\", \"month\" or \"year\"".into(),
+        )),
+        (Some(unit), zone) => {
+            let unit: CalendarUnit = unit.parse().map_err(PolicyError::InvalidCalendar)?;
+            Calendar::new(unit, zone.unwrap_or("UTC"))
+                .map(Some)
+                .map_err(PolicyError::InvalidCalendar)
+        }
+    }
 }
 
 /// The lease of a concurrency policy that does not set one: long enough for most slow
@@ -74,10 +104,22 @@ impl PolicySpec {
                 "lease is for algorithm \"concurrency\" only",
             ));
         }
-        let period = parse_duration(&self.period)?;
+        let calendar = parse_calendar(self.calendar.as_deref(), self.timezone.as_deref())?;
+        let period = match &calendar {
+            Some(_) if !self.period.trim().is_empty() => {
+                return Err(PolicyError::InvalidCalendar(
+                    "calendar replaces period: give one of them".into(),
+                ));
+            }
+            Some(c) => Duration::from_micros(c.unit().longest()),
+            None => parse_duration(&self.period)?,
+        };
         let mut builder = Policy::builder(&self.name, self.algorithm, self.limit, period)
             .mode(self.mode)
             .on_store_error(self.on_store_error);
+        if let Some(calendar) = calendar {
+            builder = builder.calendar(calendar);
+        }
         if let Some(burst) = self.burst {
             builder = builder.burst(burst);
         }
@@ -85,6 +127,9 @@ impl PolicySpec {
             Some(text) => parse_duration(text)?,
             None => period,
         };
+        if let Some(text) = &self.penalty {
+            builder = builder.penalty(parse_duration(text)?);
+        }
         builder.max_delay(max_delay).build()
     }
 
@@ -97,6 +142,11 @@ impl PolicySpec {
         if self.max_delay.is_some() {
             return Err(PolicyError::ConcurrencyField(
                 "max_delay is not used by concurrency",
+            ));
+        }
+        if self.penalty.is_some() || self.calendar.is_some() || self.timezone.is_some() {
+            return Err(PolicyError::ConcurrencyField(
+                "penalty, calendar and timezone are not used by concurrency",
             ));
         }
         let lease = match &self.lease {
@@ -127,18 +177,27 @@ impl PolicySpec {
                 max_delay: None,
                 on_store_error: policy.on_store_error(),
                 lease: Some(fmt(Duration::from_micros(lease))),
+                penalty: None,
+                calendar: None,
+                timezone: None,
             };
         }
         PolicySpec {
             name: policy.name().to_owned(),
             algorithm: policy.algorithm(),
             limit: policy.limit(),
-            period: fmt(policy.period_duration()),
+            period: match policy.calendar() {
+                Some(_) => String::new(),
+                None => fmt(policy.period_duration()),
+            },
             burst: Some(policy.burst()),
             mode: policy.mode(),
             max_delay: Some(fmt(Duration::from_micros(policy.max_delay()))),
             on_store_error: policy.on_store_error(),
             lease: None,
+            penalty: (policy.penalty() > 0).then(|| fmt(Duration::from_micros(policy.penalty()))),
+            calendar: policy.calendar().map(|c| c.unit().name().to_owned()),
+            timezone: policy.calendar().map(|c| c.zone().to_owned()),
         }
     }
 }

@@ -112,12 +112,29 @@ pub struct KeyedCheck<'a> {
     pub key: &'a str,
     /// The cost taken from this policy; 0 reads without consuming.
     pub cost: u64,
+    /// Where the state lives, for stores that shard (Redis Cluster: the hash tag). Items
+    /// with one placement share a shard, so a check over several keys stays one atomic
+    /// step; `None` places each key by itself. A key must always come with the same
+    /// placement: a sharded store keeps the state under both.
+    pub placement: Option<&'a str>,
 }
 
 impl<'a> KeyedCheck<'a> {
-    /// `cost` of `policy` under `key`.
+    /// `cost` of `policy` under `key`, placed by its key.
     pub fn new(policy: &'a Arc<Policy>, key: &'a str, cost: u64) -> Self {
-        KeyedCheck { policy, key, cost }
+        KeyedCheck {
+            policy,
+            key,
+            cost,
+            placement: None,
+        }
+    }
+
+    /// The same check, placed with every other item of `placement` (see
+    /// [`KeyedCheck::placement`]).
+    pub fn placed(mut self, placement: &'a str) -> Self {
+        self.placement = Some(placement);
+        self
     }
 
     /// Checks what the caller controls before any store is touched: at least one item,
@@ -202,12 +219,39 @@ pub enum StoreError {
     /// The store did not answer within its timeout.
     #[error("store timed out")]
     Timeout,
-    /// The store is unreachable or failed (the circuit may be open).
+    /// The store is unreachable or cannot decide right now (the circuit may be open; Redis
+    /// answered OOM, READONLY, LOADING, BUSY, MASTERDOWN, CLUSTERDOWN…): an outage.
     #[error("store unavailable: {0}")]
     Unavailable(String),
+    /// The store cannot decide this request exactly, whatever its health (a policy beyond
+    /// its exact range, several keys where it has no atomic step): an error of the
+    /// configuration, refused at load time where it can be. Never an outage.
+    #[error("store cannot decide this: {0}")]
+    Unsupported(String),
+    /// Something this program got wrong (an unexpected reply, a broken script). Never an
+    /// outage: it fails closed rather than open.
+    #[error("internal store error: {0}")]
+    Internal(String),
 }
 
 impl StoreError {
+    /// Whether the store is down, slow or refusing to serve for now, so each policy's
+    /// `on_store_error` decides ([`Verdict::store_failed`]). Errors of the caller
+    /// ([`StoreError::is_bad_request`]), of the configuration or of the code are not
+    /// outages: they must never fail open.
+    ///
+    /// ```
+    /// use sluicegate_core::StoreError;
+    /// assert!(StoreError::Timeout.is_outage());
+    /// assert!(StoreError::Unavailable("OOM".into()).is_outage());
+    /// assert!(!StoreError::Internal("bad reply".into()).is_outage());
+    /// assert!(!StoreError::Unsupported("out of range".into()).is_outage());
+    /// assert!(!StoreError::NoPolicy.is_outage());
+    /// ```
+    pub fn is_outage(&self) -> bool {
+        matches!(self, StoreError::Timeout | StoreError::Unavailable(_))
+    }
+
     /// Whether the caller's request was at fault (a 400), rather than the store (fail open/closed).
     pub fn is_bad_request(&self) -> bool {
         matches!(
@@ -247,7 +291,7 @@ pub trait Store: Send + Sync + 'static {
     /// atomic step. The verdict's decisions are in item order.
     ///
     /// The default implementation handles items that share one key and one cost (by
-    /// [`Store::check`]) and answers [`StoreError::Unavailable`] otherwise; stores that can
+    /// [`Store::check`]) and answers [`StoreError::Unsupported`] otherwise; stores that can
     /// do better override it (the in-memory store does).
     fn check_keyed<'a>(
         &'a self,
@@ -260,7 +304,7 @@ pub trait Store: Send + Sync + 'static {
                 .iter()
                 .any(|i| i.key != first.key || i.cost != first.cost)
             {
-                return Err(StoreError::Unavailable(format!(
+                return Err(StoreError::Unsupported(format!(
                     "the {} store cannot check several keys in one atomic step",
                     self.kind()
                 )));
@@ -268,6 +312,22 @@ pub trait Store: Send + Sync + 'static {
             let policies: Vec<Arc<Policy>> = items.iter().map(|i| Arc::clone(i.policy)).collect();
             self.check(CheckRequest::new(&policies, first.key, first.cost))
                 .await
+        })
+    }
+
+    /// [`Store::refund`] for keyed items (each item's cost given back under its key and
+    /// placement). The default gives back item by item, ignoring placement; a sharded store
+    /// that honours placement in [`Store::check_keyed`] overrides it.
+    fn refund_keyed<'a>(
+        &'a self,
+        items: &'a [KeyedCheck<'a>],
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(async move {
+            for item in items {
+                self.refund(std::slice::from_ref(item.policy), item.key, item.cost)
+                    .await?;
+            }
+            Ok(())
         })
     }
 
@@ -333,6 +393,12 @@ impl<S: Store + ?Sized> Store for Arc<S> {
         items: &'a [KeyedCheck<'a>],
     ) -> BoxFuture<'a, Result<Verdict, StoreError>> {
         (**self).check_keyed(items)
+    }
+    fn refund_keyed<'a>(
+        &'a self,
+        items: &'a [KeyedCheck<'a>],
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        (**self).refund_keyed(items)
     }
     fn refund<'a>(
         &'a self,

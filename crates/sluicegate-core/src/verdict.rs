@@ -12,6 +12,7 @@ use std::sync::Arc;
 use crate::clock::Micros;
 use crate::decision::Decision;
 use crate::policy::Policy;
+use crate::store::StoreError;
 
 /// How one policy judged a request, for metrics and logs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -191,9 +192,46 @@ impl Verdict {
     /// [`Verdict::store_failed`] over any list of policies (one per keyed item).
     pub fn store_failed_each<'a>(policies: impl Iterator<Item = &'a Arc<Policy>>) -> Verdict {
         use crate::policy::OnStoreError;
+        Self::failed(policies, |p| p.on_store_error() == OnStoreError::Allow)
+    }
+
+    /// The verdict for a request the store could not decide because of `error`: an outage
+    /// ([`StoreError::is_outage`]) follows each policy's `on_store_error`
+    /// ([`Verdict::store_failed`]); any other error (of the configuration, of the code, or
+    /// a request the store refused) fails closed, whatever `on_store_error` says, so a bug
+    /// can never open the gate. Shadow policies still never reject.
+    ///
+    /// ```
+    /// use std::{sync::Arc, time::Duration};
+    /// use sluicegate_core::{AlgorithmKind, Policy, StoreError, Verdict};
+    /// let open = [Arc::new(Policy::builder("p", AlgorithmKind::Gcra, 5, Duration::from_secs(1)).build().unwrap())];
+    /// assert!(Verdict::store_error(&open, &StoreError::Timeout).allowed);
+    /// assert!(!Verdict::store_error(&open, &StoreError::Internal("bad reply".into())).allowed);
+    /// ```
+    pub fn store_error(policies: &[Arc<Policy>], error: &StoreError) -> Verdict {
+        Verdict::store_error_each(policies.iter(), error)
+    }
+
+    /// [`Verdict::store_error`] over any list of policies (one per keyed item).
+    pub fn store_error_each<'a>(
+        policies: impl Iterator<Item = &'a Arc<Policy>>,
+        error: &StoreError,
+    ) -> Verdict {
+        if error.is_outage() {
+            Verdict::store_failed_each(policies)
+        } else {
+            Verdict::failed(policies, |_| false)
+        }
+    }
+
+    /// Every policy answers `admits(policy)`, counted as a store error.
+    fn failed<'a>(
+        policies: impl Iterator<Item = &'a Arc<Policy>>,
+        admits: impl Fn(&Policy) -> bool,
+    ) -> Verdict {
         let decisions: Vec<PolicyDecision> = policies
             .map(|policy| {
-                let allow = policy.on_store_error() == OnStoreError::Allow;
+                let allow = admits(policy);
                 PolicyDecision {
                     decision: Decision {
                         allowed: allow,

@@ -134,7 +134,7 @@ fn the_default_check_keyed_refuses_mixed_keys() {
     let mixed = [KeyedCheck::new(&a, "k", 1), KeyedCheck::new(&b, "j", 1)];
     let run = |items| futures_lite_block_on(store.check_keyed(items));
     assert!(run(&same).unwrap().allowed);
-    assert!(matches!(run(&mixed), Err(StoreError::Unavailable(_))));
+    assert!(matches!(run(&mixed), Err(StoreError::Unsupported(_))));
 }
 
 /// The stores' futures here are ready at once; poll once without a runtime.

@@ -154,3 +154,51 @@ fn retain_policies_keeps_unchanged_policies() {
     assert_eq!(remaining(&store, &newer, "k"), 3);
     assert_eq!(remaining(&store, &kept_again, "k"), 3);
 }
+
+/// A flood of 10 × `max_keys` unique keys, one request each, never resets a client that is
+/// being limited: eviction takes the states whose loss admits the fewest extra requests,
+/// and a fresh flood key (one request used) always costs less than a spent client. Every
+/// algorithm, the store and the single-policy limiter.
+#[test]
+fn a_key_flood_never_resets_a_limited_client() {
+    for kind in AlgorithmKind::ALL {
+        let clock = ManualClock::new(T0);
+        let max_keys = 2000;
+        let store = MemoryStore::with_clock(max_keys, clock.clone());
+        let p = shared_policy(kind.name(), kind, 5, Duration::from_secs(3600));
+        let one = [Arc::clone(&p)];
+        let check = |key: &str| store.check_now(CheckRequest::new(&one, key, 1)).unwrap();
+        for _ in 0..5 {
+            assert!(check("victim").allowed);
+        }
+        assert!(!check("victim").allowed, "{kind}");
+        for i in 0..10 * max_keys {
+            check(&format!("flood-{i}"));
+            if i % 1000 == 0 {
+                clock.advance(Duration::from_millis(1));
+            }
+        }
+        assert_eq!(store.len(), max_keys);
+        assert!(
+            !check("victim").allowed,
+            "{kind}: the flood reset the victim"
+        );
+        assert_eq!(remaining(&store, &p, "victim"), 0, "{kind}");
+    }
+}
+
+#[test]
+fn a_key_flood_never_resets_a_limited_client_of_the_keyed_limiter() {
+    let p = Policy::builder("p", AlgorithmKind::Gcra, 5, Duration::from_secs(3600))
+        .build()
+        .unwrap();
+    let limiter = KeyedLimiter::with_max_keys(Gcra::from(Quota::from(&p)), p, 3000);
+    for _ in 0..5 {
+        assert!(limiter.check("victim", T0, 1).allowed);
+    }
+    for i in 0..30_000 {
+        limiter.check(&format!("flood-{i}"), T0, 1);
+    }
+    assert_eq!(limiter.len(), 3000);
+    assert!(!limiter.check("victim", T0, 1).allowed);
+}

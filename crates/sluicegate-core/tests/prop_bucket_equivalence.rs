@@ -11,7 +11,9 @@ proptest! {
 
     #[test]
     fn identical_decisions((limit, interval, burst, events) in scenario(true, 80)) {
-        let period = limit * interval;
+        // A whole number of µs per request, and a period no longer than the generated one
+        // (limit × a week would leave the range a policy may have).
+        let period = limit * (interval / limit).max(1);
         let (token, _) = run(&TokenBucket::new(limit, period, burst), &events, None);
         let (leaky, _) = run(&LeakyBucket::new(limit, period, burst), &events, None);
         let (gcra, _) = run(&Gcra::new(limit, period, burst), &events, None);

@@ -12,7 +12,7 @@ use sluicegate_core::algorithm::{
     Algorithm, FixedWindow, Gcra, LeakyBucket, SlidingLog, SlidingWindow, TokenBucket,
 };
 use sluicegate_core::clock::Micros;
-use sluicegate_testkit::prop::{Event, run, scenario};
+use sluicegate_testkit::prop::{Event, run, scale_delay, scenario};
 
 /// What the last request of a scenario checks, for one algorithm.
 struct Case<'a, A: Algorithm> {
@@ -136,6 +136,7 @@ proptest! {
 
     #[test]
     fn token_bucket((limit, period, burst, events) in scenario(true, 40), delay in prop::option::of(0u64..5_000)) {
+        let delay = delay.map(|d| scale_delay(d, period));
         let (history, last) = split(&events);
         let alg = TokenBucket::new(limit, period, burst);
         Case { alg: &alg, capacity: burst, max_delay: delay, exact_remaining: true }.check(history, last)?;
@@ -143,6 +144,7 @@ proptest! {
 
     #[test]
     fn leaky_bucket((limit, period, burst, events) in scenario(true, 40), delay in prop::option::of(0u64..5_000)) {
+        let delay = delay.map(|d| scale_delay(d, period));
         let (history, last) = split(&events);
         let alg = LeakyBucket::new(limit, period, burst);
         Case { alg: &alg, capacity: burst, max_delay: delay, exact_remaining: true }.check(history, last)?;
@@ -150,6 +152,7 @@ proptest! {
 
     #[test]
     fn gcra((limit, period, burst, events) in scenario(true, 40), delay in prop::option::of(0u64..5_000)) {
+        let delay = delay.map(|d| scale_delay(d, period));
         let (history, last) = split(&events);
         let alg = Gcra::new(limit, period, burst);
         Case { alg: &alg, capacity: burst, max_delay: delay, exact_remaining: true }.check(history, last)?;

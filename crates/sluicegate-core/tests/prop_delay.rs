@@ -7,7 +7,7 @@ use proptest::prelude::*;
 use sluicegate_core::Decision;
 use sluicegate_core::algorithm::{Algorithm, Gcra, LeakyBucket, TokenBucket};
 use sluicegate_core::clock::Micros;
-use sluicegate_testkit::prop::{Event, T0, run, scenario};
+use sluicegate_testkit::prop::{Event, T0, run, scale_delay, scenario};
 
 /// `(release time, cost)` of every admitted request, in arrival order.
 fn releases(events: &[Event], decisions: &[Decision]) -> Vec<(Micros, u64)> {
@@ -76,6 +76,7 @@ proptest! {
 
     #[test]
     fn token_bucket((limit, period, burst, events) in scenario(true, 60), max_delay in 0u64..6_000) {
+        let max_delay = scale_delay(max_delay, period);
         let alg = TokenBucket::new(limit, period, burst);
         let (decisions, _) = run(&alg, &events, Some(max_delay));
         assert_waits(&decisions, max_delay)?;
@@ -86,6 +87,7 @@ proptest! {
 
     #[test]
     fn gcra((limit, period, burst, events) in scenario(true, 60), max_delay in 0u64..6_000) {
+        let max_delay = scale_delay(max_delay, period);
         let alg = Gcra::new(limit, period, burst);
         let (decisions, _) = run(&alg, &events, Some(max_delay));
         assert_waits(&decisions, max_delay)?;
@@ -96,6 +98,7 @@ proptest! {
 
     #[test]
     fn leaky_bucket_is_a_fifo_queue((limit, period, burst, events) in scenario(true, 60), max_delay in 0u64..6_000) {
+        let max_delay = scale_delay(max_delay, period);
         let alg = LeakyBucket::new(limit, period, burst);
         let (decisions, _) = run(&alg, &events, Some(max_delay));
         assert_waits(&decisions, max_delay)?;

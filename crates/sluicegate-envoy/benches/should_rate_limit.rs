@@ -173,6 +173,82 @@ fn start_redis() -> Option<(std::process::Child, u16)> {
     None
 }
 
+/// A free port whose cluster bus port (+10000) is free too.
+fn cluster_port() -> Option<u16> {
+    for _ in 0..50 {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .ok()?
+            .local_addr()
+            .ok()?
+            .port();
+        if port < 55_000 && std::net::TcpListener::bind(("127.0.0.1", port + 10_000)).is_ok() {
+            return Some(port);
+        }
+    }
+    None
+}
+
+/// Starts a 3-master Redis Cluster (no replicas) in `dir`; `None` when redis-server or
+/// redis-cli is missing.
+fn start_cluster(dir: &std::path::Path) -> Option<(Vec<std::process::Child>, Vec<u16>)> {
+    let mut children = Vec::new();
+    let mut ports = Vec::new();
+    for i in 0..3 {
+        let port = cluster_port()?;
+        let node_dir = dir.join(format!("node{i}"));
+        std::fs::create_dir_all(&node_dir).ok()?;
+        let child = std::process::Command::new("redis-server")
+            .args([
+                "--port",
+                &port.to_string(),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+            ])
+            .args(["--appendonly", "no", "--cluster-enabled", "yes"])
+            .args(["--cluster-config-file", "nodes.conf", "--dir"])
+            .arg(&node_dir)
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .ok()?;
+        children.push(child);
+        ports.push(port);
+    }
+    for &port in &ports {
+        let up = (0..100).any(|_| {
+            std::thread::sleep(Duration::from_millis(50));
+            std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+        });
+        if !up {
+            return None;
+        }
+    }
+    let addrs: Vec<String> = ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
+    let created = std::process::Command::new("redis-cli")
+        .args(["--cluster", "create"])
+        .args(&addrs)
+        .args(["--cluster-replicas", "0", "--cluster-yes"])
+        .output()
+        .ok()?;
+    if !created.status.success() {
+        return None;
+    }
+    for &port in &ports {
+        let ok = (0..200).any(|_| {
+            std::thread::sleep(Duration::from_millis(50));
+            std::process::Command::new("redis-cli")
+                .args(["-p", &port.to_string(), "cluster", "info"])
+                .output()
+                .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("cluster_state:ok"))
+        });
+        if !ok {
+            return None;
+        }
+    }
+    Some((children, ports))
+}
+
 #[cfg(feature = "peer-bench")]
 mod peer {
     //! Limitador's in-memory limiter behind the same tonic RLS service, with the same two
@@ -334,6 +410,31 @@ fn main() {
         println!("(redis-server not installed: Redis rows skipped)");
     }
 
+    // The same two descriptors on a 3-master cluster: one slot per domain, one script call.
+    let cluster_dir = std::env::temp_dir().join(format!("sg-bench-cluster-{}", std::process::id()));
+    let cluster = start_cluster(&cluster_dir);
+    if let Some((_, ports)) = &cluster {
+        let seeds: Vec<String> = ports
+            .iter()
+            .map(|p| format!("redis://127.0.0.1:{p}"))
+            .collect();
+        let addr = server_rt.block_on(async {
+            let mut config = sluicegate_redis::RedisConfig::cluster(seeds);
+            config.timeout = Duration::from_secs(2);
+            let store = sluicegate_redis::RedisStore::connect(config).await.unwrap();
+            serve(sluicegate(Arc::new(store))).await
+        });
+        for &c in &clients_list {
+            report(
+                "sluicegate redis-cluster (3 masters)",
+                c,
+                client_rt.block_on(load(addr, c, secs)),
+            );
+        }
+    } else {
+        println!("(no Redis Cluster could be started: cluster rows skipped)");
+    }
+
     #[cfg(feature = "peer-bench")]
     {
         let addr = server_rt.block_on(async { serve(peer::LimitadorRls(peer::limiter())).await });
@@ -375,4 +476,9 @@ fn main() {
         let _ = child.kill();
         let _ = child.wait();
     }
+    for mut child in cluster.map(|(children, _)| children).unwrap_or_default() {
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+    let _ = std::fs::remove_dir_all(&cluster_dir);
 }

@@ -1,5 +1,6 @@
-//! The `[envoy]` section of the Sluicegate TOML, the compiled [`EnvoyConfig`] (native rules
-//! and envoyproxy/ratelimit YAML files merged into one tree per domain), and the
+//! The `[envoy]` section of the Sluicegate TOML (the serde model), the compiled
+//! [`EnvoyConfig`] (native rules and envoyproxy/ratelimit YAML files merged into one tree
+//! per domain; built by [`crate::compile`], read from disk by [`crate::files`]), and the
 //! [`SharedConfig`] handle a running service reads and a reload swaps.
 //!
 //! ```toml
@@ -7,6 +8,10 @@
 //! listen = "127.0.0.1:8081"
 //! config = "ratelimit.yaml"          # a file or a directory of *.yaml / *.yml files
 //! algorithm = "fixed_window"         # for the YAML limits; fixed_window matches upstream
+//! merge_domains = false              # MERGE_DOMAIN_CONFIG
+//! shadow = false                     # SHADOW_MODE
+//! quota = false                      # every rule in quota_mode
+//! dynamic_metadata = false           # rules' metadata in the response's dynamic metadata
 //!
 //! [[envoy.rules]]                    # native rules: any policy, any algorithm
 //! domain = "api"
@@ -14,18 +19,19 @@
 //! policies = ["per_ip_burst", "per_ip_daily"]
 //! ```
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::fmt;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use parking_lot::RwLock;
+use parking_lot::{Mutex, RwLock};
 use serde::{Deserialize, Serialize};
-use sluicegate_core::{AlgorithmKind, Mode, Policy};
+use sluicegate_core::{AlgorithmKind, Policy};
 
-use crate::tree::{DomainTree, Rule, RuleKind, Step};
-use crate::yaml::{self, YamlDescriptor};
+use crate::compile::{Compiler, Options};
+use crate::tree::DomainTree;
+use crate::yaml::Window;
 
 /// The `[envoy]` section as written in the Sluicegate TOML. The server's config model
 /// embeds it as is.
@@ -43,6 +49,20 @@ pub struct EnvoySection {
     /// as envoyproxy/ratelimit counts.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub algorithm: Option<AlgorithmKind>,
+    /// Files naming one domain merge into one tree, like upstream's `MERGE_DOMAIN_CONFIG`;
+    /// otherwise a domain in two files is an error.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub merge_domains: bool,
+    /// Every limit in shadow mode and every answer OK, like upstream's `SHADOW_MODE`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub shadow: bool,
+    /// Every rule in `quota_mode`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub quota: bool,
+    /// Rules' `metadata` go into the response's dynamic metadata, like upstream's
+    /// `RESPONSE_DYNAMIC_METADATA`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub dynamic_metadata: bool,
     /// Native rules.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub rules: Vec<RuleSpec>,
@@ -71,6 +91,9 @@ pub struct RuleSpec {
     /// Put the request's value into the metric label (unbounded label cardinality).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub detailed_metric: bool,
+    /// A soft limit, as YAML's `quota_mode`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub quota_mode: bool,
 }
 
 /// One descriptor entry of a native rule.
@@ -98,7 +121,8 @@ pub struct ConfigError {
 }
 
 impl ConfigError {
-    fn rule(index: usize, message: impl Into<String>) -> Self {
+    /// An error in the native rule `envoy.rules[index]`.
+    pub fn rule(index: usize, message: impl Into<String>) -> Self {
         ConfigError {
             file: None,
             location: None,
@@ -107,7 +131,8 @@ impl ConfigError {
         }
     }
 
-    fn file(path: &Path, location: Option<(usize, usize)>, message: impl Into<String>) -> Self {
+    /// An error in a YAML file, at `location` when known.
+    pub fn file(path: &Path, location: Option<(usize, usize)>, message: impl Into<String>) -> Self {
         ConfigError {
             file: Some(path.to_owned()),
             location,
@@ -169,9 +194,24 @@ pub struct EnvoyConfig {
     domains: HashMap<String, DomainTree>,
     policies: Vec<Arc<Policy>>,
     files: Vec<PathBuf>,
+    options: Options,
 }
 
 impl EnvoyConfig {
+    pub(crate) fn new(
+        domains: HashMap<String, DomainTree>,
+        policies: Vec<Arc<Policy>>,
+        files: Vec<PathBuf>,
+        options: Options,
+    ) -> EnvoyConfig {
+        EnvoyConfig {
+            domains,
+            policies,
+            files,
+            options,
+        }
+    }
+
     /// Compiles the `[envoy]` section: its native rules (naming `policies`, the TOML's
     /// `[[policies]]`) and its YAML file or directory (relative to `base_dir`).
     pub fn load(
@@ -179,43 +219,21 @@ impl EnvoyConfig {
         policies: &[Arc<Policy>],
         base_dir: &Path,
     ) -> Result<EnvoyConfig, ConfigErrors> {
-        let mut builder = Builder::new(section.algorithm.unwrap_or(AlgorithmKind::FixedWindow));
-        if let Some(config) = &section.config {
-            let path = if config.is_absolute() {
-                config.clone()
-            } else {
-                base_dir.join(config)
-            };
-            for file in yaml_files(&path, &mut builder.errors) {
-                match std::fs::read_to_string(&file) {
-                    Ok(text) => builder.add_yaml(&text, &file),
-                    Err(e) => builder.errors.push(ConfigError::file(
-                        &file,
-                        None,
-                        format!("cannot read: {e}"),
-                    )),
-                }
-                builder.files.push(file);
-            }
-        }
-        for (index, spec) in section.rules.iter().enumerate() {
-            builder.add_rule(index, spec, policies);
-        }
-        builder.finish()
+        crate::files::load(section, policies, base_dir)
     }
 
     /// Compiles one YAML text (for tests and tools); `file` names it in errors.
     pub fn from_yaml_str(text: &str, file: Option<&Path>) -> Result<EnvoyConfig, ConfigErrors> {
-        let mut builder = Builder::new(AlgorithmKind::FixedWindow);
-        builder.add_yaml(text, file.unwrap_or(Path::new("<yaml>")));
-        builder.finish()
+        let mut compiler = Compiler::new(Options::default());
+        compiler.add_yaml(text, file.unwrap_or(Path::new("<yaml>")));
+        compiler.finish()
     }
 
     /// The rule for a descriptor of `domain`, if any.
     pub fn find<'a>(
         &'a self,
         domain: &str,
-        entries: &[(&str, &str)],
+        entries: &[(&'a str, &'a str)],
     ) -> Option<crate::tree::Match<'a>> {
         self.domains.get(domain)?.find(entries)
     }
@@ -236,6 +254,11 @@ impl EnvoyConfig {
         &self.files
     }
 
+    /// The global switches it was compiled with.
+    pub fn options(&self) -> Options {
+        self.options
+    }
+
     /// `(domain, rule count)`, sorted, for the start-up summary.
     pub fn summary(&self) -> Vec<(String, usize)> {
         let mut out: Vec<(String, usize)> = self
@@ -246,291 +269,6 @@ impl EnvoyConfig {
         out.sort();
         out
     }
-}
-
-/// A fingerprint of everything [`EnvoyConfig::load`] reads: the section, the policies and
-/// the YAML files' names and contents. A reload watcher recompiles when it changes.
-pub fn fingerprint(section: &EnvoySection, policies: &[Arc<Policy>], base_dir: &Path) -> u64 {
-    use std::hash::{Hash, Hasher};
-    let mut h = std::hash::DefaultHasher::new();
-    format!("{section:?}").hash(&mut h);
-    for policy in policies {
-        policy.hash(&mut h);
-    }
-    if let Some(config) = &section.config {
-        let path = base_dir.join(config);
-        for file in yaml_files(&path, &mut Vec::new()) {
-            file.hash(&mut h);
-            std::fs::read(&file).ok().hash(&mut h);
-        }
-    }
-    h.finish()
-}
-
-/// The YAML files at `path`: the file itself, or a directory's `*.yaml`/`*.yml`, sorted.
-fn yaml_files(path: &Path, errors: &mut Vec<ConfigError>) -> Vec<PathBuf> {
-    if !path.is_dir() {
-        return vec![path.to_owned()];
-    }
-    match std::fs::read_dir(path) {
-        Ok(entries) => {
-            let mut files: Vec<PathBuf> = entries
-                .filter_map(|e| e.ok().map(|e| e.path()))
-                .filter(|p| {
-                    p.is_file()
-                        && matches!(p.extension().and_then(|e| e.to_str()), Some("yaml" | "yml"))
-                })
-                .collect();
-            files.sort();
-            if files.is_empty() {
-                errors.push(ConfigError::file(
-                    path,
-                    None,
-                    "no *.yaml or *.yml file in this directory",
-                ));
-            }
-            files
-        }
-        Err(e) => {
-            errors.push(ConfigError::file(
-                path,
-                None,
-                format!("cannot read directory: {e}"),
-            ));
-            Vec::new()
-        }
-    }
-}
-
-struct Builder {
-    algorithm: AlgorithmKind,
-    domains: HashMap<String, DomainTree>,
-    yaml_domains: HashMap<String, PathBuf>,
-    policies: Vec<Arc<Policy>>,
-    names: HashSet<String>,
-    files: Vec<PathBuf>,
-    errors: Vec<ConfigError>,
-}
-
-impl Builder {
-    fn new(algorithm: AlgorithmKind) -> Self {
-        Builder {
-            algorithm,
-            domains: HashMap::new(),
-            yaml_domains: HashMap::new(),
-            policies: Vec::new(),
-            names: HashSet::new(),
-            files: Vec::new(),
-            errors: Vec::new(),
-        }
-    }
-
-    fn finish(self) -> Result<EnvoyConfig, ConfigErrors> {
-        if self.errors.is_empty() {
-            Ok(EnvoyConfig {
-                domains: self.domains,
-                policies: self.policies,
-                files: self.files,
-            })
-        } else {
-            Err(ConfigErrors(self.errors))
-        }
-    }
-
-    fn add_yaml(&mut self, text: &str, file: &Path) {
-        let parsed = match yaml::parse(text) {
-            Ok(parsed) => parsed,
-            Err(e) => {
-                self.errors
-                    .push(ConfigError::file(file, e.location, e.message));
-                return;
-            }
-        };
-        if let Some(first) = self.yaml_domains.get(&parsed.domain) {
-            let message = format!(
-                "duplicate domain {:?} (also in {})",
-                parsed.domain,
-                first.display()
-            );
-            self.errors.push(ConfigError::file(file, None, message));
-            return;
-        }
-        self.yaml_domains
-            .insert(parsed.domain.clone(), file.to_owned());
-        self.domains.entry(parsed.domain.clone()).or_default();
-        let mut path = Vec::new();
-        self.add_descriptors(&parsed.domain, &parsed.descriptors, &mut path, file);
-    }
-
-    fn add_descriptors(
-        &mut self,
-        domain: &str,
-        descriptors: &[YamlDescriptor],
-        path: &mut Vec<Step>,
-        file: &Path,
-    ) {
-        for descriptor in descriptors {
-            path.push(Step::new(&descriptor.key, descriptor.value.as_deref()));
-            let tree = self.domains.entry(domain.to_owned()).or_default();
-            tree.touch(path);
-            if let Some(limit) = &descriptor.rate_limit {
-                let label = path_label(path);
-                let kind = if limit.unlimited {
-                    Ok(RuleKind::Unlimited)
-                } else {
-                    match limit.unit {
-                        Some(unit) if limit.requests_per_unit == 0 => Ok(RuleKind::Block(unit)),
-                        Some(unit) => self
-                            .yaml_policy(
-                                domain,
-                                &label,
-                                limit.requests_per_unit,
-                                unit,
-                                descriptor.shadow_mode,
-                            )
-                            .map(|p| RuleKind::Limit(vec![p])),
-                        None => Err("rate_limit needs a unit".to_owned()),
-                    }
-                };
-                match kind {
-                    Ok(kind) => {
-                        let rule = Rule {
-                            path: label,
-                            kind,
-                            name: limit.name.clone(),
-                            replaces: limit.replaces.clone(),
-                            shadow: descriptor.shadow_mode,
-                            detailed_metric: descriptor.detailed_metric,
-                        };
-                        let tree = self.domains.entry(domain.to_owned()).or_default();
-                        if let Err(message) = tree.insert(path, rule) {
-                            self.errors.push(ConfigError::file(file, None, message));
-                        }
-                    }
-                    Err(message) => self.errors.push(ConfigError::file(
-                        file,
-                        None,
-                        format!("descriptor {:?}: {message}", path_label(path)),
-                    )),
-                }
-            }
-            self.add_descriptors(domain, &descriptor.descriptors, path, file);
-            path.pop();
-        }
-    }
-
-    fn yaml_policy(
-        &mut self,
-        domain: &str,
-        label: &str,
-        requests_per_unit: u32,
-        unit: yaml::Unit,
-        shadow: bool,
-    ) -> Result<Arc<Policy>, String> {
-        let name = self.unique_name(&format!("envoy.{domain}.{label}"));
-        let mode = if shadow { Mode::Shadow } else { Mode::Reject };
-        let policy = Policy::builder(
-            name,
-            self.algorithm,
-            u64::from(requests_per_unit),
-            unit.duration(),
-        )
-        .mode(mode)
-        .build()
-        .map_err(|e| e.to_string())?;
-        let policy = Arc::new(policy);
-        self.policies.push(Arc::clone(&policy));
-        Ok(policy)
-    }
-
-    /// A policy name in `[A-Za-z0-9_.-]`, at most 128 bytes, unique in this config.
-    fn unique_name(&mut self, wanted: &str) -> String {
-        let clean: String = wanted
-            .chars()
-            .map(|c| {
-                if c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-') {
-                    c
-                } else {
-                    '_'
-                }
-            })
-            .take(120)
-            .collect();
-        let mut name = clean.clone();
-        let mut n = 2;
-        while !self.names.insert(name.clone()) {
-            name = format!("{clean}-{n}");
-            n += 1;
-        }
-        name
-    }
-
-    fn add_rule(&mut self, index: usize, spec: &RuleSpec, policies: &[Arc<Policy>]) {
-        let mut ok = true;
-        let mut fail = |errors: &mut Vec<ConfigError>, message: String| {
-            errors.push(ConfigError::rule(index, message));
-            ok = false;
-        };
-        if spec.domain.is_empty() {
-            fail(&mut self.errors, "domain must not be empty".into());
-        }
-        if spec.entries.is_empty() {
-            fail(
-                &mut self.errors,
-                "entries must list at least one descriptor entry".into(),
-            );
-        }
-        if spec.entries.iter().any(|e| e.key.is_empty()) {
-            fail(&mut self.errors, "every entry needs a non-empty key".into());
-        }
-        if spec.unlimited != spec.policies.is_empty() {
-            fail(
-                &mut self.errors,
-                "a rule needs either policies = [...] or unlimited = true".into(),
-            );
-        }
-        let mut found = Vec::new();
-        for name in &spec.policies {
-            match policies.iter().find(|p| p.name() == name) {
-                Some(p) if found.iter().any(|f: &Arc<Policy>| f.name() == name) => fail(
-                    &mut self.errors,
-                    format!("policy {:?} is listed twice", p.name()),
-                ),
-                Some(p) => found.push(Arc::clone(p)),
-                None => fail(&mut self.errors, format!("unknown policy {name:?}")),
-            }
-        }
-        if !ok {
-            return;
-        }
-        let path: Vec<Step> = spec
-            .entries
-            .iter()
-            .map(|e| Step::new(&e.key, e.value.as_deref()))
-            .collect();
-        let shadow = !found.is_empty() && found.iter().all(|p| !p.is_enforcing());
-        let kind = if spec.unlimited {
-            RuleKind::Unlimited
-        } else {
-            RuleKind::Limit(found)
-        };
-        let rule = Rule {
-            path: path_label(&path),
-            kind,
-            name: spec.name.clone().filter(|n| !n.is_empty()),
-            replaces: spec.replaces.clone(),
-            shadow,
-            detailed_metric: spec.detailed_metric,
-        };
-        let tree = self.domains.entry(spec.domain.clone()).or_default();
-        if let Err(message) = tree.insert(&path, rule) {
-            self.errors.push(ConfigError::rule(index, message));
-        }
-    }
-}
-
-fn path_label(path: &[Step]) -> String {
-    path.iter().map(Step::label).collect::<Vec<_>>().join(".")
 }
 
 /// The configuration a running service reads; a reload swaps it whole. Cloning the handle
@@ -544,21 +282,86 @@ fn path_label(path: &[Step]) -> String {
 /// assert!(shared.get().has_domain("api"));
 /// ```
 #[derive(Debug, Clone, Default)]
-pub struct SharedConfig(Arc<RwLock<Arc<EnvoyConfig>>>);
+pub struct SharedConfig {
+    config: Arc<RwLock<Arc<EnvoyConfig>>>,
+    overrides: Arc<Mutex<HashMap<OverrideKey, Arc<Policy>>>>,
+}
+
+/// An override's identity: domain, requests per unit, window.
+type OverrideKey = (String, u32, Window);
+
+/// Most distinct `limit` overrides remembered; past it an override policy is made per
+/// request (same state, since stores key state by the policy's definition).
+pub const MAX_OVERRIDES: usize = 1024;
 
 impl SharedConfig {
     /// A handle holding `config`.
     pub fn new(config: EnvoyConfig) -> Self {
-        SharedConfig(Arc::new(RwLock::new(Arc::new(config))))
+        SharedConfig {
+            config: Arc::new(RwLock::new(Arc::new(config))),
+            overrides: Arc::default(),
+        }
     }
 
     /// The current configuration.
     pub fn get(&self) -> Arc<EnvoyConfig> {
-        Arc::clone(&self.0.read())
+        Arc::clone(&self.config.read())
     }
 
     /// Swaps in a new configuration; requests in flight finish on the old one.
     pub fn replace(&self, config: EnvoyConfig) {
-        *self.0.write() = Arc::new(config);
+        *self.config.write() = Arc::new(config);
+    }
+
+    /// The policy of a descriptor's own `limit` (Envoy's override) in `domain`: its own
+    /// counter, never in shadow mode (as upstream), of the configured algorithm.
+    /// `None` when no policy can be made of it (the service then ignores the override).
+    pub fn override_policy(
+        &self,
+        domain: &str,
+        requests_per_unit: u32,
+        window: Window,
+    ) -> Option<Arc<Policy>> {
+        let key = (domain.to_owned(), requests_per_unit, window);
+        if let Some(policy) = self.overrides.lock().get(&key) {
+            return Some(Arc::clone(policy));
+        }
+        let algorithm = self.get().options().algorithm;
+        let name: String = format!(
+            "envoy.override.{domain}.{requests_per_unit}_per_{}_{}",
+            window.multiplier, window.unit
+        )
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-') {
+                c
+            } else {
+                '_'
+            }
+        })
+        .take(120)
+        .collect();
+        let policy = Arc::new(
+            Policy::builder(
+                name,
+                algorithm,
+                u64::from(requests_per_unit),
+                window.duration(),
+            )
+            .build()
+            .ok()?,
+        );
+        let mut overrides = self.overrides.lock();
+        if overrides.len() < MAX_OVERRIDES {
+            overrides.insert(key, Arc::clone(&policy));
+        }
+        Some(policy)
+    }
+
+    /// Every policy whose state a reload must keep: the YAML limits and the overrides seen.
+    pub fn policies(&self) -> Vec<Arc<Policy>> {
+        let mut all = self.get().policies().to_vec();
+        all.extend(self.overrides.lock().values().cloned());
+        all
     }
 }

@@ -8,6 +8,8 @@
 
 use sluicegate_core::store::MAX_KEY_LEN;
 
+use crate::tree::CounterPart;
+
 fn escape_into(out: &mut String, text: &str) {
     for c in text.chars() {
         match c {
@@ -29,16 +31,40 @@ fn escape_into(out: &mut String, text: &str) {
 /// assert!(descriptor_key("api", &[("h", &"v".repeat(5000))]).len() <= 1024);
 /// ```
 pub fn descriptor_key(domain: &str, entries: &[(&str, &str)]) -> String {
+    let parts: Vec<(&str, CounterPart<'_>)> = entries
+        .iter()
+        .map(|&(key, value)| (key, CounterPart::Value(value)))
+        .collect();
+    counter_key(domain, &parts)
+}
+
+/// The key of a matched descriptor, where a `share_threshold` wildcard stands for every value
+/// it matches: such an entry is written `key=%*pattern`, which no escaped value can be (a
+/// value's `%` is always `%25`).
+///
+/// ```
+/// use sluicegate_envoy::key::counter_key;
+/// use sluicegate_envoy::tree::CounterPart;
+/// assert_eq!(counter_key("api", &[("files", CounterPart::Shared("files/*"))]), "api/files=%*files%2F*");
+/// assert_eq!(counter_key("api", &[("files", CounterPart::Value("files/*"))]), "api/files=files%2F*");
+/// ```
+pub fn counter_key(domain: &str, entries: &[(&str, CounterPart<'_>)]) -> String {
     let mut out = String::with_capacity(domain.len() + 32);
     escape_into(&mut out, domain);
     out.push('/');
-    for (i, (key, value)) in entries.iter().enumerate() {
+    for (i, (key, part)) in entries.iter().enumerate() {
         if i > 0 {
             out.push('&');
         }
         escape_into(&mut out, key);
         out.push('=');
-        escape_into(&mut out, value);
+        match part {
+            CounterPart::Value(value) => escape_into(&mut out, value),
+            CounterPart::Shared(pattern) => {
+                out.push_str("%*");
+                escape_into(&mut out, pattern);
+            }
+        }
     }
     if out.len() <= MAX_KEY_LEN {
         return out;

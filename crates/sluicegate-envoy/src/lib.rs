@@ -41,7 +41,10 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+pub mod compile;
 pub mod config;
+pub mod decide;
+pub mod files;
 pub mod headers;
 pub mod key;
 pub mod metrics;

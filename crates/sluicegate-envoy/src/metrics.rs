@@ -6,7 +6,9 @@
 //! | `sluicegate_envoy_hits_total` | `total_hits` | hits (the cost) of every matched descriptor |
 //! | `sluicegate_envoy_over_limit_total` | `over_limit` | hits answered OVER_LIMIT |
 //! | `sluicegate_envoy_near_limit_total` | `near_limit` | admitted hits that used 80 % or more of the limit |
+//! | `sluicegate_envoy_within_limit_total` | `within_limit` | hits not over the limit |
 //! | `sluicegate_envoy_shadow_mode_total` | `shadow_mode` | hits a shadow rule would have rejected |
+//! | `sluicegate_envoy_global_shadow_mode_total` | `global_shadow_mode` (service level) | requests `[envoy] shadow` answered OK instead of OVER_LIMIT (label `domain` only) |
 //!
 //! Labels are `domain` and `descriptor`, the matched rule's path (e.g.
 //! `message_type_marketing.to_number`): both come from the configuration, so the label set
@@ -40,6 +42,8 @@ pub fn record(domain: &str, descriptor: &str, outcome: DescriptorOutcome) {
     counter!("sluicegate_envoy_hits_total", &labels).increment(outcome.hits);
     if outcome.over_limit {
         counter!("sluicegate_envoy_over_limit_total", &labels).increment(outcome.hits);
+    } else {
+        counter!("sluicegate_envoy_within_limit_total", &labels).increment(outcome.hits);
     }
     if outcome.near_limit {
         counter!("sluicegate_envoy_near_limit_total", &labels).increment(outcome.hits);
@@ -47,6 +51,12 @@ pub fn record(domain: &str, descriptor: &str, outcome: DescriptorOutcome) {
     if outcome.shadow_denied {
         counter!("sluicegate_envoy_shadow_mode_total", &labels).increment(outcome.hits);
     }
+}
+
+/// Counts a request `[envoy] shadow` answered OK although a limit was over.
+pub fn record_global_shadow(domain: &str) {
+    counter!("sluicegate_envoy_global_shadow_mode_total", "domain" => domain.to_owned())
+        .increment(1);
 }
 
 /// Counts a request the service could not answer (`reason`: `store_error`, `invalid`).

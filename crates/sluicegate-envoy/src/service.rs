@@ -3,39 +3,37 @@
 //! One request, every descriptor, one atomic step: each matched descriptor becomes one
 //! [`KeyedCheck`] per policy of its rule (key = domain + entries, cost = its hits), and the
 //! whole list goes to [`Store::check_keyed`], so a descriptor over its limit leaves every
-//! other descriptor's state untouched. Two descriptors that hit the same rule with
-//! different values are two states of one policy in the same step; identical ones are
-//! merged, their hits added.
+//! other descriptor's state untouched. Every key of a request is placed by its domain, so on
+//! Redis Cluster the request's keys share one hash slot and the step stays one script call.
+//!
+//! Quota mode adds rounds only when a quota descriptor is over while another has room: the
+//! over ones are left out and the store is asked again (each round atomic, at most one
+//! round per quota descriptor), so a denial still consumes nothing.
+//!
+//! The steps that need no store live in [`crate::decide`]; this module chains them, calls
+//! the store, and renders the answer.
 
-use std::collections::HashSet;
 use std::sync::Arc;
 
-use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::rate_limit::Unit as PbUnit;
-use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
-    Code, DescriptorStatus, RateLimit,
-};
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::{
     RateLimitService as RateLimitServiceApi, RateLimitServiceServer,
 };
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
-use envoy_types::pb::google::protobuf::Duration as PbDuration;
+use envoy_types::pb::google::protobuf::{ListValue, Struct, Value, value::Kind};
 use sluicegate_core::{
-    Clock, Decider, KeyedCheck, Outcome, Policy, PolicyDecision, Store, StoreError, SystemClock,
-    Verdict, VerdictObserver,
+    Clock, Decider, KeyedCheck, PolicyDecision, Store, StoreError, SystemClock, Verdict,
+    VerdictObserver,
 };
 use tonic::{Request, Response, Status};
 
-use crate::config::SharedConfig;
+use crate::config::{EnvoyConfig, SharedConfig};
+use crate::decide::{self, Item, Plan, Slot};
 use crate::headers::{self, HeaderSet};
-use crate::key::descriptor_key;
-use crate::metrics::{self, DescriptorOutcome};
-use crate::tree::{Rule, RuleKind};
-use crate::yaml::Unit;
-use sluicegate_middleware::headers::RejectionBody;
+use crate::metrics;
+use crate::tree::RuleKind;
 
-/// Most descriptors one request may carry; more is `INVALID_ARGUMENT` (Envoy sends one per
-/// `rate_limits` entry of a route, a handful in practice).
-pub const MAX_DESCRIPTORS: usize = 1024;
+pub use crate::decide::MAX_DESCRIPTORS;
 
 /// The rate limit service: a store, the Envoy configuration, and how to answer.
 ///
@@ -61,25 +59,6 @@ impl std::fmt::Debug for RateLimitService {
             .field("headers", &self.headers)
             .finish_non_exhaustive()
     }
-}
-
-/// One request descriptor on its way through a decision.
-struct Slot<'a> {
-    rule: Option<&'a Arc<Rule>>,
-    label: String,
-    key: String,
-    cost: u64,
-    negative: bool,
-    /// Indexes into the item list, one per policy of the rule.
-    items: Vec<usize>,
-}
-
-/// One `(policy, key)` to check, with the summed cost of every descriptor that names it.
-struct Item {
-    policy: Arc<Policy>,
-    key: String,
-    cost: u64,
-    decision: Option<PolicyDecision>,
 }
 
 impl RateLimitService {
@@ -122,208 +101,76 @@ impl RateLimitService {
     }
 
     /// Decides one request. Errors: `INVALID_ARGUMENT` for an empty domain, an empty
-    /// descriptor list or more than [`MAX_DESCRIPTORS`], `UNAVAILABLE` when the store fails (Envoy's `failure_mode_deny` decides).
+    /// descriptor list or more than [`MAX_DESCRIPTORS`], `UNAVAILABLE` when the store fails
+    /// (Envoy's `failure_mode_deny` decides).
     pub async fn decide(&self, request: &RateLimitRequest) -> Result<RateLimitResponse, Status> {
-        if request.domain.is_empty() {
+        decide::check_request(request).map_err(|e| {
             metrics::record_error("invalid");
-            return Err(Status::invalid_argument(
-                "rate limit domain must not be empty",
-            ));
-        }
-        if request.descriptors.is_empty() {
-            metrics::record_error("invalid");
-            return Err(Status::invalid_argument(
-                "rate limit descriptor list must not be empty",
-            ));
-        }
-        if request.descriptors.len() > MAX_DESCRIPTORS {
-            metrics::record_error("invalid");
-            return Err(Status::invalid_argument(format!(
-                "at most {MAX_DESCRIPTORS} descriptors per request"
-            )));
-        }
+            Status::invalid_argument(e.to_string())
+        })?;
         let config = self.config.get();
         let domain = request.domain.as_str();
-        let default_cost = match request.hits_addend {
-            0 => 1,
-            n => u64::from(n),
-        };
-
-        let mut slots: Vec<Slot<'_>> = request
-            .descriptors
-            .iter()
-            .map(|d| {
-                let entries: Vec<(&str, &str)> = d
-                    .entries
-                    .iter()
-                    .map(|e| (e.key.as_str(), e.value.as_str()))
-                    .collect();
-                let found = if entries.is_empty() {
-                    None
-                } else {
-                    config.find(domain, &entries)
-                };
-                let cost = d.hits_addend.as_ref().map_or(default_cost, |h| h.value);
-                let (rule, label) = match found {
-                    Some(m) => (Some(m.rule), m.label.into_owned()),
-                    None => (None, String::new()),
-                };
-                let key = if rule.is_some() {
-                    descriptor_key(domain, &entries)
-                } else {
-                    String::new()
-                };
-                Slot {
-                    rule,
-                    label,
-                    key,
-                    cost,
-                    negative: d.is_negative_hits,
-                    items: Vec::new(),
-                }
-            })
-            .collect();
-
-        // `replaces`: a matched rule drops every other matched rule it names.
-        let replaced: HashSet<&str> = slots
-            .iter()
-            .filter_map(|s| s.rule)
-            .flat_map(|r| r.replaces.iter().map(String::as_str))
-            .collect();
-        if !replaced.is_empty() {
-            for slot in &mut slots {
-                if slot
-                    .rule
-                    .and_then(|r| r.name.as_deref())
-                    .is_some_and(|n| replaced.contains(n))
-                {
-                    slot.rule = None;
-                }
-            }
+        let mut slots = decide::match_descriptors(&config, &self.config, request);
+        decide::drop_replaced(&mut slots);
+        let mut plan = decide::plan(&mut slots);
+        let mut allowed = self.consume(domain, &mut plan).await?;
+        if !allowed && config.options().shadow {
+            // Upstream's SHADOW_MODE: counted, then answered OK whatever the outcome.
+            metrics::record_global_shadow(domain);
+            allowed = true;
         }
-
-        let mut items: Vec<Item> = Vec::new();
-        let mut blocked = false;
-        for slot in &mut slots {
-            let Some(rule) = slot.rule else { continue };
-            match &rule.kind {
-                RuleKind::Limit(policies) if !slot.negative => {
-                    for policy in policies {
-                        slot.items
-                            .push(add_item(&mut items, policy, &slot.key, slot.cost));
-                    }
-                }
-                RuleKind::Block(_) if !rule.shadow => blocked = true,
-                _ => {}
-            }
-        }
-        // A cost no policy can ever admit is over the limit, as upstream answers it.
-        let over_capacity: Vec<bool> = items
-            .iter()
-            .map(|item| item.cost > item.policy.capacity())
-            .collect();
-        let enforcing_over_capacity = items
-            .iter()
-            .zip(&over_capacity)
-            .any(|(item, over)| *over && item.policy.is_enforcing());
-        let read_only = blocked || enforcing_over_capacity;
-
-        let allowed = self.run(&mut items, &over_capacity, read_only).await? && !read_only;
-
-        let now = SystemClock.now();
-        let mut response = RateLimitResponse {
-            overall_code: if allowed { Code::Ok } else { Code::OverLimit } as i32,
-            ..Default::default()
-        };
-        let mut all_decisions: Vec<PolicyDecision> = Vec::new();
-        let mut block_reset: Option<u64> = None;
-        for slot in &slots {
-            let (status, outcome) = self.slot_status(slot, &items, &over_capacity, allowed, now);
-            if let (Some(outcome), Some(_)) = (outcome, slot.rule) {
-                metrics::record(domain, &slot.label, outcome);
-            }
-            if let Some(rule) = slot.rule
-                && let RuleKind::Block(unit) = rule.kind
-                && !rule.shadow
-            {
-                block_reset = Some(window_left(unit, now));
-            }
-            let decisions: Vec<PolicyDecision> = slot
-                .items
-                .iter()
-                .filter_map(|&i| items[i].decision.clone())
-                .collect();
-            if !decisions.is_empty() {
-                let verdict = Verdict {
-                    allowed,
-                    delay: 0,
-                    decisions,
-                };
-                self.decider.observe(&slot.key, &verdict);
-                for d in verdict.decisions {
-                    if !all_decisions
-                        .iter()
-                        .any(|o| o.policy.name() == d.policy.name())
-                    {
-                        all_decisions.push(d);
-                    }
-                }
-            }
-            response.statuses.push(status);
-        }
-
-        let verdict = Verdict {
-            allowed,
-            delay: 0,
-            decisions: all_decisions,
-        };
-        let mut headers = headers::rate_limit_headers(&verdict, &self.headers);
-        if !allowed {
-            let mut body = RejectionBody::new(&verdict);
-            // A `requests_per_unit: 0` rule has no policy: its wait is the window's end.
-            if verdict.retry_after().is_none()
-                && let Some(left) = block_reset
-            {
-                body.retry_after_seconds = left.div_ceil(1_000_000).max(1);
-                body.message = format!(
-                    "Too many requests; retry in {} s.",
-                    body.retry_after_seconds
-                );
-                headers.insert(
-                    http::header::RETRY_AFTER,
-                    http::HeaderValue::from(body.retry_after_seconds),
-                );
-            }
-            response.raw_body = serde_json::to_vec(&body).unwrap_or_default();
-            headers.insert(
-                http::header::CONTENT_TYPE,
-                http::HeaderValue::from_static("application/json"),
-            );
-        }
-        response.response_headers_to_add = headers::to_envoy(&headers);
-
-        self.refund_negative(&slots).await;
+        let response = self.respond(&config, domain, &slots, &plan.items, allowed);
+        self.refund_negative(domain, &slots).await;
         Ok(response)
     }
 
-    /// Runs the one atomic store step over every item. Returns whether it admitted.
-    /// `read_only` checks at cost 0, to report numbers when the request is already refused.
-    async fn run(
-        &self,
-        items: &mut [Item],
-        over_capacity: &[bool],
-        read_only: bool,
-    ) -> Result<bool, Status> {
-        // No descriptor matched a limited rule: nothing to ask the store.
-        if items.is_empty() {
-            return Ok(true);
+    /// Step 5: the store calls. Returns whether the request is admitted (and consumed).
+    async fn consume(&self, domain: &str, plan: &mut Plan) -> Result<bool, Status> {
+        if plan.items.is_empty() {
+            return Ok(!plan.blocked);
         }
+        let read_only = plan.refused_up_front();
+        // Each round leaves out at least one more quota item, or ends.
+        for _ in 0..=plan.items.len() {
+            let verdict = self.check(domain, &plan.items, read_only).await?;
+            for (item, decision) in plan.items.iter_mut().zip(verdict.decisions) {
+                item.decision = Some(decision);
+            }
+            let over_before = plan.items.iter().filter(|i| i.over).count();
+            let outcome = if read_only {
+                Some(false)
+            } else if verdict.allowed {
+                Some(true)
+            } else if decide::after_denial(&mut plan.items)
+                || plan.items.iter().filter(|i| i.over).count() == over_before
+            {
+                Some(false)
+            } else {
+                None
+            };
+            if let Some(allowed) = outcome {
+                decide::settle(&mut plan.items);
+                return Ok(allowed);
+            }
+        }
+        decide::settle(&mut plan.items);
+        Ok(false)
+    }
+
+    /// One atomic store call over every item; items already over are read at cost 0.
+    async fn check(
+        &self,
+        domain: &str,
+        items: &[Item],
+        read_only: bool,
+    ) -> Result<Verdict, Status> {
         let checks: Vec<KeyedCheck<'_>> = items
             .iter()
-            .zip(over_capacity)
-            .map(|(item, &over)| {
-                let cost = if read_only || over { 0 } else { item.cost };
-                KeyedCheck::new(&item.policy, &item.key, cost)
+            .map(|item| {
+                let cost = if read_only || item.over { 0 } else { item.cost };
+                // One placement per domain: on Redis Cluster every key of a request
+                // lives in one slot, so the request stays one atomic script call.
+                KeyedCheck::new(&item.policy, &item.key, cost).placed(domain)
             })
             .collect();
         let decided = self
@@ -331,128 +178,99 @@ impl RateLimitService {
             .check_keyed(&checks)
             .await
             .map_err(|error| store_status(&error))?;
-        drop(checks);
         // Envoy's own `failure_mode_deny` decides a failed store, as upstream leaves it.
-        if let Some(error) = &decided.failure {
-            return Err(store_status(error));
+        match decided.failure {
+            Some(error) => Err(store_status(&error)),
+            None => Ok(decided.verdict),
         }
-        let verdict = decided.verdict;
-        let allowed = verdict.allowed;
-        // On a denial, `remaining` already has the untaken cost back (Verdict::combine).
-        for ((item, mut decision), &over) in
-            items.iter_mut().zip(verdict.decisions).zip(over_capacity)
+    }
+
+    /// Steps 6 and 7: statuses, metrics, headers, body and dynamic metadata.
+    fn respond(
+        &self,
+        config: &EnvoyConfig,
+        domain: &str,
+        slots: &[Slot],
+        items: &[Item],
+        allowed: bool,
+    ) -> RateLimitResponse {
+        let now = SystemClock.now();
+        let mut response = RateLimitResponse {
+            overall_code: if allowed { Code::Ok } else { Code::OverLimit } as i32,
+            ..Default::default()
+        };
+        for (slot, (status, outcome)) in slots
+            .iter()
+            .zip(decide::statuses(slots, items, allowed, now))
         {
-            if over {
-                decision.decision.allowed = false;
-                decision.outcome = Outcome::of(&decision.policy, &decision.decision);
+            if let Some(outcome) = outcome {
+                metrics::record(domain, &slot.label, outcome);
             }
-            item.decision = Some(decision);
+            response.statuses.push(status);
         }
-        Ok(allowed)
+        let verdict = self.observe(slots, items, allowed);
+        let block_reset =
+            slots
+                .iter()
+                .filter_map(|s| s.rule.as_deref())
+                .find_map(|rule| match rule.kind {
+                    RuleKind::Block(window) if !rule.shadow => {
+                        Some(decide::window_left(window, now))
+                    }
+                    _ => None,
+                });
+        let rendered = headers::render(&verdict, &self.headers, block_reset);
+        response.response_headers_to_add = rendered.headers;
+        response.raw_body = rendered.body;
+        if config.options().dynamic_metadata {
+            response.dynamic_metadata = dynamic_metadata(slots);
+        }
+        response
+    }
+
+    /// Tells the observer each descriptor's verdict; returns the request's verdict over every
+    /// policy decided (each policy once), for the headers.
+    fn observe(&self, slots: &[Slot], items: &[Item], allowed: bool) -> Verdict {
+        let mut all: Vec<PolicyDecision> = Vec::new();
+        for slot in slots {
+            let decisions: Vec<PolicyDecision> = slot
+                .items
+                .iter()
+                .filter_map(|&i| items[i].decision.clone())
+                .collect();
+            if decisions.is_empty() {
+                continue;
+            }
+            let verdict = Verdict {
+                allowed,
+                delay: 0,
+                decisions,
+            };
+            self.decider.observe(&slot.key, &verdict);
+            for d in verdict.decisions {
+                if !all.iter().any(|o| o.policy.name() == d.policy.name()) {
+                    all.push(d);
+                }
+            }
+        }
+        Verdict {
+            allowed,
+            delay: 0,
+            decisions: all,
+        }
     }
 
     /// `is_negative_hits` descriptors give their hits back to their rule's policies.
-    async fn refund_negative(&self, slots: &[Slot<'_>]) {
+    async fn refund_negative(&self, domain: &str, slots: &[Slot]) {
         for slot in slots.iter().filter(|s| s.negative) {
-            if let Some(RuleKind::Limit(policies)) = slot.rule.map(|r| &r.kind)
-                && let Err(error) = self
-                    .decider
-                    .store()
-                    .refund(policies, &slot.key, slot.cost)
-                    .await
-            {
-                tracing::warn!(%error, "could not apply negative hits");
-            }
-        }
-    }
-
-    fn slot_status(
-        &self,
-        slot: &Slot<'_>,
-        items: &[Item],
-        over_capacity: &[bool],
-        allowed: bool,
-        now: u64,
-    ) -> (DescriptorStatus, Option<DescriptorOutcome>) {
-        let ok = |remaining: u32| DescriptorStatus {
-            code: Code::Ok as i32,
-            limit_remaining: remaining,
-            ..Default::default()
-        };
-        let Some(rule) = slot.rule else {
-            return (ok(0), None);
-        };
-        let hits = slot.cost;
-        let mut outcome = DescriptorOutcome {
-            hits,
-            over_limit: false,
-            near_limit: false,
-            shadow_denied: false,
-        };
-        if slot.negative {
-            return (ok(0), None);
-        }
-        match &rule.kind {
-            RuleKind::Unlimited => (ok(u32::MAX), Some(outcome)),
-            RuleKind::Block(unit) => {
-                outcome.over_limit = !rule.shadow;
-                outcome.shadow_denied = rule.shadow;
-                let status = DescriptorStatus {
-                    code: if rule.shadow {
-                        Code::Ok
-                    } else {
-                        Code::OverLimit
-                    } as i32,
-                    current_limit: Some(RateLimit {
-                        name: rule.name.clone().unwrap_or_else(|| rule.path.clone()),
-                        requests_per_unit: 0,
-                        unit: pb_unit(*unit) as i32,
-                    }),
-                    limit_remaining: 0,
-                    duration_until_reset: Some(pb_duration(window_left(*unit, now))),
-                    ..Default::default()
-                };
-                (status, Some(outcome))
-            }
-            RuleKind::Limit(_) => {
-                let decided: Vec<&PolicyDecision> = slot
-                    .items
+            if let Some(RuleKind::Limit(policies)) = slot.rule.as_ref().map(|r| &r.kind) {
+                let items: Vec<KeyedCheck<'_>> = policies
                     .iter()
-                    .filter_map(|&i| items[i].decision.as_ref())
+                    .map(|p| KeyedCheck::new(p, &slot.key, slot.cost).placed(domain))
                     .collect();
-                let enforcing_denied = decided.iter().any(|d| d.is_enforced_denial());
-                let shadow_denied = decided.iter().any(|d| d.outcome == Outcome::ShadowDenied);
-                let over = enforcing_denied
-                    || slot
-                        .items
-                        .iter()
-                        .any(|&i| over_capacity[i] && items[i].policy.is_enforcing());
-                let deciding = sluicegate_core::verdict::deciding(decided.iter().copied(), !over);
-                outcome.over_limit = over;
-                outcome.shadow_denied = shadow_denied && !over;
-                outcome.near_limit = allowed
-                    && !over
-                    && decided.iter().any(|d| {
-                        metrics::is_near(
-                            d.decision.limit.saturating_sub(d.decision.remaining),
-                            d.decision.limit,
-                        )
-                    });
-                let status = match deciding {
-                    Some(d) => DescriptorStatus {
-                        code: if over { Code::OverLimit } else { Code::Ok } as i32,
-                        current_limit: Some(current_limit(rule, &d.policy)),
-                        limit_remaining: u32::try_from(d.decision.remaining).unwrap_or(u32::MAX),
-                        duration_until_reset: Some(pb_duration(d.decision.reset_after)),
-                        ..Default::default()
-                    },
-                    // Not reached: an earlier step denied first.
-                    None => DescriptorStatus {
-                        code: if over { Code::OverLimit } else { Code::Ok } as i32,
-                        ..Default::default()
-                    },
-                };
-                (status, Some(outcome))
+                if let Err(error) = self.decider.store().refund_keyed(&items).await {
+                    tracing::warn!(%error, "could not apply negative hits");
+                }
             }
         }
     }
@@ -468,77 +286,74 @@ impl RateLimitServiceApi for RateLimitService {
     }
 }
 
-/// Adds `(policy, key)` with `cost`, merging with an identical one; returns its index.
-/// The same policy under another key is another state, decided in the same store call.
-fn add_item(items: &mut Vec<Item>, policy: &Arc<Policy>, key: &str, cost: u64) -> usize {
-    if let Some(i) = items
-        .iter()
-        .position(|it| it.policy.name() == policy.name() && it.key == key)
-    {
-        items[i].cost = items[i].cost.saturating_add(cost);
-        return i;
-    }
-    items.push(Item {
-        policy: Arc::clone(policy),
-        key: key.to_owned(),
-        cost,
-        decision: None,
-    });
-    items.len() - 1
-}
-
 fn store_status(error: &StoreError) -> Status {
     if error.is_bad_request() {
         metrics::record_error("invalid");
         Status::invalid_argument(error.to_string())
-    } else {
+    } else if error.is_outage() {
         metrics::record_error("store_error");
-        tracing::warn!(%error, "store failed; answering UNAVAILABLE");
-        Status::unavailable(error.to_string())
+        Status::unavailable("the rate-limit store is unavailable")
+    } else {
+        // An error of the configuration or the code: never an outage (Envoy's
+        // failure_mode_deny must not turn it into an admission without the operator knowing).
+        metrics::record_error("internal");
+        tracing::error!(%error, "store could not decide; answering INTERNAL");
+        Status::internal("the rate-limit store could not decide this request")
     }
 }
 
-/// `current_limit` for a policy: its own numbers in the unit equal to its period, or
-/// scaled to the smallest unit at least as long (a YAML limit comes back exactly).
-fn current_limit(rule: &Rule, policy: &Policy) -> RateLimit {
-    let period = policy.period();
-    let unit = Unit::ALL
-        .into_iter()
-        .find(|u| u.seconds() * 1_000_000 >= period)
-        .unwrap_or(Unit::Year);
-    let unit_micros = u128::from(unit.seconds()) * 1_000_000;
-    let per_unit = u128::from(policy.limit()) * unit_micros / u128::from(period.max(1));
-    RateLimit {
-        name: rule
-            .name
-            .clone()
-            .unwrap_or_else(|| policy.name().to_owned()),
-        requests_per_unit: u32::try_from(per_unit).unwrap_or(u32::MAX),
-        unit: pb_unit(unit) as i32,
+/// The `metadata` of every rule that applied, merged into one struct (a key set by an
+/// earlier descriptor wins); `None` when no rule has any.
+fn dynamic_metadata(slots: &[Slot]) -> Option<Struct> {
+    let mut merged = Struct::default();
+    for metadata in slots
+        .iter()
+        .filter_map(|s| s.rule.as_ref()?.metadata.as_ref())
+    {
+        for (key, value) in metadata.iter() {
+            merged
+                .fields
+                .entry(key.clone())
+                .or_insert_with(|| to_pb(value));
+        }
     }
+    (!merged.fields.is_empty()).then_some(merged)
 }
 
-fn pb_unit(unit: Unit) -> PbUnit {
-    match unit {
-        Unit::Second => PbUnit::Second,
-        Unit::Minute => PbUnit::Minute,
-        Unit::Hour => PbUnit::Hour,
-        Unit::Day => PbUnit::Day,
-        Unit::Week => PbUnit::Week,
-        Unit::Month => PbUnit::Month,
-        Unit::Year => PbUnit::Year,
-    }
+/// A JSON value as a `google.protobuf.Value`.
+fn to_pb(value: &serde_json::Value) -> Value {
+    let kind = match value {
+        serde_json::Value::Null => Kind::NullValue(0),
+        serde_json::Value::Bool(b) => Kind::BoolValue(*b),
+        serde_json::Value::Number(n) => Kind::NumberValue(n.as_f64().unwrap_or(0.0)),
+        serde_json::Value::String(s) => Kind::StringValue(s.clone()),
+        serde_json::Value::Array(list) => Kind::ListValue(ListValue {
+            values: list.iter().map(to_pb).collect(),
+        }),
+        serde_json::Value::Object(map) => Kind::StructValue(Struct {
+            fields: map.iter().map(|(k, v)| (k.clone(), to_pb(v))).collect(),
+        }),
+    };
+    Value { kind: Some(kind) }
 }
 
-fn pb_duration(micros: u64) -> PbDuration {
-    PbDuration {
-        seconds: i64::try_from(micros / 1_000_000).unwrap_or(i64::MAX),
-        nanos: i32::try_from((micros % 1_000_000) * 1_000).unwrap_or(0),
-    }
-}
+#[cfg(test)]
+mod tests {
+    use super::*;
 
-/// Until the end of the current epoch-aligned window of `unit`, µs.
-fn window_left(unit: Unit, now: u64) -> u64 {
-    let length = unit.seconds() * 1_000_000;
-    length - now % length
+    #[test]
+    fn metadata_becomes_a_protobuf_struct() {
+        let json: serde_json::Value =
+            serde_json::json!({"name": "svc", "n": 2, "nested": {"ok": true}, "list": [null]});
+        let Some(Kind::StructValue(s)) = to_pb(&json).kind else {
+            panic!("a struct");
+        };
+        assert_eq!(s.fields["name"].kind, Some(Kind::StringValue("svc".into())));
+        assert_eq!(s.fields["n"].kind, Some(Kind::NumberValue(2.0)));
+        assert!(matches!(
+            s.fields["nested"].kind,
+            Some(Kind::StructValue(_))
+        ));
+        assert!(matches!(s.fields["list"].kind, Some(Kind::ListValue(_))));
+    }
 }

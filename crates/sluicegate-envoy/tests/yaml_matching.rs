@@ -370,10 +370,15 @@ fn bad_files_are_refused_with_file_line_and_reason() {
 
     let e =
         error_of("domain: x\ndescriptors:\n  - key: a\n    value: b\n  - key: a\n    value: b\n");
-    assert!(e.contains("duplicate descriptor \"a=b\""), "{e}");
+    // Reported at the duplicate itself, not at the top of the file.
+    assert!(e.starts_with("rl.yaml:5:5:"), "{e}");
+    assert!(
+        e.contains("duplicate descriptor composite key \"a_b\""),
+        "{e}"
+    );
 
     let e = error_of("descriptors: []\n");
-    assert!(e.contains("missing field `domain`"), "{e}");
+    assert!(e.contains("domain must not be empty"), "{e}");
 
     let e = error_of("domain: x\ndescriptors:\n  - value: b\n");
     assert!(e.contains("missing field `key`"), "{e}");

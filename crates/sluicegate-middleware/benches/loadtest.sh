@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Throughput of a minimal axum app without and with RateLimitLayer, side by side in one
-# run: the two apps live in one process (examples/loadtest_server.rs, one worker thread);
+# run: the two apps live in one process (crates/sluicegate-bench/src/bin/loadtest_server.rs, one worker thread);
 # wrk (one thread) alternates between them ROUNDS times, and the medians are compared.
 # Besides requests/second, the server's CPU time per request (from /proc) is reported:
 # on a shared machine it is steadier than throughput.
@@ -9,8 +9,8 @@ set -euo pipefail
 cd "$(dirname "$0")/../../.."
 ROUNDS=${1:-5}; SECS=${2:-5}; CONNS=${3:-32}
 command -v wrk >/dev/null || { echo "wrk is required (apt-get install wrk)" >&2; exit 1; }
-cargo build -q --release -p sluicegate-middleware --example loadtest_server
-BIN=${CARGO_TARGET_DIR:-target}/release/examples/loadtest_server
+cargo build -q --release -p sluicegate-bench --bin loadtest_server
+BIN=${CARGO_TARGET_DIR:-target}/release/loadtest_server
 OUT=$(mktemp)
 "$BIN" >"$OUT" & SERVER=$!
 trap 'kill $SERVER; rm -f "$OUT"' EXIT

@@ -11,7 +11,7 @@ use sluicegate_core::{
 
 use crate::access::AccessList;
 use crate::headers::HeaderSet;
-use crate::identity::{ClientIdentity, KeyExtractor, RouteKey};
+use crate::identity::{ClientIdentity, ClientIpHeader, KeyExtractor, RouteKey};
 use crate::limiter::{RateLimiter, TokioTimer};
 use crate::route::{RouteError, RouteSpec, RouteTable};
 
@@ -123,6 +123,12 @@ impl RateLimiterBuilder {
     /// IPv6 clients are limited per network of this many bits (default 64).
     pub fn ipv6_prefix(mut self, bits: u8) -> Self {
         self.identity.ipv6_prefix = bits.min(128);
+        self
+    }
+
+    /// The one header trusted proxies name the client in (default `X-Forwarded-For`).
+    pub fn client_ip_header(mut self, header: ClientIpHeader) -> Self {
+        self.identity.header = header;
         self
     }
 

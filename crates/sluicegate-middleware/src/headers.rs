@@ -209,12 +209,15 @@ const KEY_T: &KeyRef = KeyRef::constant("t");
 /// assert_eq!(field, r#""auth";q=10;w=60"#);
 /// ```
 pub fn policy_field(policies: &[Arc<Policy>]) -> Option<HeaderValue> {
+    let now = SystemClock.now();
     let mut list = ListSerializer::new();
     for policy in policies.iter().filter(|p| p.is_enforcing()) {
         let Ok(name) = StringRef::from_str(policy.name()) else {
             continue;
         };
-        let window = ceil_secs(policy.period()).max(1);
+        // A calendar window's real length: 23 hours on the day DST starts, 29 days in a
+        // leap February.
+        let window = ceil_secs(policy.window_at(now)).max(1);
         list.bare_item(name)
             .parameter(KEY_Q, sf_int(policy.limit()))
             .parameter(KEY_W, sf_int(window));

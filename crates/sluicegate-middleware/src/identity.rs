@@ -32,32 +32,117 @@ use crate::route::{KeySpec, Route};
 /// assert_eq!(identity.client_ip(stranger, &headers), stranger);
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
+/// The one header a trusted proxy names the client in (`server.client_ip_header`).
+///
+/// Only this header is read: a proxy that writes `Forwarded` does not remove the
+/// `X-Forwarded-For` a client sent, so reading both would let the client choose.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ClientIpHeader {
+    /// `X-Forwarded-For: client, proxy1, proxy2` (nginx, HAProxy `option forwardfor`,
+    /// Traefik, Caddy, most load balancers).
+    #[default]
+    XForwardedFor,
+    /// `Forwarded: for=client, for=proxy1` (RFC 7239).
+    Forwarded,
+    /// `X-Real-IP: client` (nginx `proxy_set_header X-Real-IP $remote_addr`).
+    XRealIp,
+}
+
+impl ClientIpHeader {
+    /// The configuration name: `x-forwarded-for`, `forwarded` or `x-real-ip`.
+    pub fn name(self) -> &'static str {
+        match self {
+            ClientIpHeader::XForwardedFor => "x-forwarded-for",
+            ClientIpHeader::Forwarded => "forwarded",
+            ClientIpHeader::XRealIp => "x-real-ip",
+        }
+    }
+
+    fn header(self) -> HeaderName {
+        match self {
+            ClientIpHeader::XForwardedFor => X_FORWARDED_FOR,
+            ClientIpHeader::Forwarded => http::header::FORWARDED,
+            ClientIpHeader::XRealIp => X_REAL_IP,
+        }
+    }
+
+    fn parser(self) -> fn(&str) -> Option<IpAddr> {
+        match self {
+            ClientIpHeader::Forwarded => forwarded_for,
+            ClientIpHeader::XForwardedFor | ClientIpHeader::XRealIp => parse_node,
+        }
+    }
+}
+
+impl std::str::FromStr for ClientIpHeader {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.to_ascii_lowercase().as_str() {
+            "x-forwarded-for" => Ok(ClientIpHeader::XForwardedFor),
+            "forwarded" => Ok(ClientIpHeader::Forwarded),
+            "x-real-ip" => Ok(ClientIpHeader::XRealIp),
+            _ => Err(format!(
+                "unknown client_ip_header {s:?}; expected x-forwarded-for, forwarded or x-real-ip"
+            )),
+        }
+    }
+}
+
+/// How the client IP is found: the peer, or what trusted proxies say.
+///
+/// ```
+/// use std::net::IpAddr;
+/// use http::HeaderMap;
+/// use sluicegate_middleware::ClientIdentity;
+///
+/// let identity = ClientIdentity::new(vec!["10.0.0.0/8".parse()?], 64);
+/// let mut headers = HeaderMap::new();
+/// headers.insert("x-forwarded-for", "198.51.100.1, 203.0.113.9, 10.0.0.2".parse()?);
+///
+/// // From a trusted proxy: the right-most untrusted address.
+/// let proxy: IpAddr = "10.0.0.1".parse()?;
+/// assert_eq!(identity.client_ip(proxy, &headers), "203.0.113.9".parse::<IpAddr>()?);
+/// // From anyone else: the header is ignored.
+/// let stranger: IpAddr = "192.0.2.7".parse()?;
+/// assert_eq!(identity.client_ip(stranger, &headers), stranger);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ClientIdentity {
     /// Peers (and hops) allowed to say who the client is.
     pub trusted_proxies: Vec<IpNet>,
     /// IPv6 clients are limited per network of this prefix length (0..=128).
     pub ipv6_prefix: u8,
+    /// The one header read from trusted proxies.
+    pub header: ClientIpHeader,
 }
 
 impl Default for ClientIdentity {
-    /// No trusted proxy; IPv6 per /64.
+    /// No trusted proxy; IPv6 per /64; `X-Forwarded-For`.
     fn default() -> Self {
         ClientIdentity {
             trusted_proxies: Vec::new(),
             ipv6_prefix: 64,
+            header: ClientIpHeader::XForwardedFor,
         }
     }
 }
 
 impl ClientIdentity {
     /// An identity trusting `trusted_proxies`, cutting IPv6 addresses to `ipv6_prefix` bits
-    /// (values over 128 are taken as 128).
+    /// (values over 128 are taken as 128), reading `X-Forwarded-For`.
     pub fn new(trusted_proxies: Vec<IpNet>, ipv6_prefix: u8) -> Self {
         ClientIdentity {
             trusted_proxies,
             ipv6_prefix: ipv6_prefix.min(128),
+            header: ClientIpHeader::XForwardedFor,
         }
+    }
+
+    /// Reads `header` instead of `X-Forwarded-For`.
+    pub fn with_header(mut self, header: ClientIpHeader) -> Self {
+        self.header = header;
+        self
     }
 
     /// Whether `ip` may speak for the client.
@@ -67,10 +152,15 @@ impl ClientIdentity {
     }
 
     /// The client's address: `peer` unless it is trusted; then the right-most address of
-    /// `X-Forwarded-For` (or, without it, of `Forwarded: for=`) that is not trusted. If the
-    /// chain holds only trusted addresses, the left-most; if an entry does not parse (or is
-    /// `unknown` or obfuscated), the walk stops at the last trusted hop. IPv4-mapped IPv6
-    /// addresses count as IPv4; IPv6 addresses are cut to [`ipv6_prefix`](Self::ipv6_prefix).
+    /// the configured [`header`](Self::header) (all its lines, in order, as one list) that
+    /// is not trusted. If the chain holds only trusted addresses, the left-most.
+    ///
+    /// Entries are parsed one by one, so a malformed one (a non-ASCII byte, `unknown`, an
+    /// obfuscated `Forwarded` node) spoils only itself: the proxy's own entry on the same
+    /// line still names the client. Reaching a malformed entry ends the walk at the last
+    /// good address, which is never the trusted peer when the header named anything good.
+    /// IPv4-mapped IPv6 addresses count as IPv4; IPv6 addresses are cut to
+    /// [`ipv6_prefix`](Self::ipv6_prefix).
     pub fn client_ip(&self, peer: IpAddr, headers: &HeaderMap) -> IpAddr {
         self.mask(self.client_addr(peer, headers))
     }
@@ -82,44 +172,22 @@ impl ClientIdentity {
         if !self.is_trusted(current) {
             return current;
         }
-        // Walk right to left, straight off the header values: no allocation per request.
-        let xff = headers.get_all(X_FORWARDED_FOR);
-        if xff.iter().next().is_some() {
-            for value in xff.iter().rev() {
-                let Ok(text) = value.to_str() else {
-                    return current;
-                };
-                for node in text.rsplit(',') {
-                    match self.step(node, parse_node) {
-                        Step::Trusted(ip) => current = ip,
-                        Step::Client(ip) => return ip,
-                        Step::Stop => return current,
-                    }
+        let parse = self.header.parser();
+        // Walk right to left, straight off the header bytes: no allocation per request.
+        for value in headers.get_all(self.header.header()).iter().rev() {
+            for entry in value.as_bytes().rsplit(|b| *b == b',') {
+                if entry.iter().all(u8::is_ascii_whitespace) {
+                    continue; // "a,,b" or a trailing comma: nothing said, nothing spoiled
                 }
-            }
-        } else {
-            for value in headers.get_all(http::header::FORWARDED).iter().rev() {
-                let Ok(text) = value.to_str() else {
-                    return current;
-                };
-                for element in text.rsplit(',') {
-                    match self.step(element, forwarded_for) {
-                        Step::Trusted(ip) => current = ip,
-                        Step::Client(ip) => return ip,
-                        Step::Stop => return current,
-                    }
+                let parsed = std::str::from_utf8(entry).ok().and_then(parse);
+                match parsed.map(canonical) {
+                    None => return current,
+                    Some(ip) if self.is_trusted(ip) => current = ip,
+                    Some(ip) => return ip,
                 }
             }
         }
         current
-    }
-
-    fn step(&self, node: &str, parse: fn(&str) -> Option<IpAddr>) -> Step {
-        match parse(node).map(canonical) {
-            None => Step::Stop,
-            Some(ip) if self.is_trusted(ip) => Step::Trusted(ip),
-            Some(ip) => Step::Client(ip),
-        }
     }
 
     /// Cuts an IPv6 address to the configured prefix; IPv4 is unchanged.
@@ -169,14 +237,8 @@ fn push_u8(out: &mut String, n: u8) {
     out.push(char::from(b'0' + n % 10));
 }
 
-/// One hop of the walk.
-enum Step {
-    Trusted(IpAddr),
-    Client(IpAddr),
-    Stop,
-}
-
 const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
+const X_REAL_IP: HeaderName = HeaderName::from_static("x-real-ip");
 
 /// IPv4-mapped IPv6 (`::ffff:a.b.c.d`) as IPv4, so a dual-stack listener does not split a
 /// client in two.
@@ -191,8 +253,15 @@ fn canonical(ip: IpAddr) -> IpAddr {
 }
 
 /// One node of `X-Forwarded-For` or `Forwarded: for=`: `1.2.3.4`, `1.2.3.4:80`,
-/// `2001:db8::1`, `[2001:db8::1]` or `[2001:db8::1]:443`.
-fn parse_node(text: &str) -> Option<IpAddr> {
+/// `2001:db8::1`, `[2001:db8::1]` or `[2001:db8::1]:443` (surrounding whitespace ignored).
+/// `None` for anything else. Pure; never panics (a fuzz target).
+///
+/// ```
+/// use sluicegate_middleware::identity::parse_node;
+/// assert_eq!(parse_node(" [2001:db8::1]:443 "), Some("2001:db8::1".parse().unwrap()));
+/// assert_eq!(parse_node("unknown"), None);
+/// ```
+pub fn parse_node(text: &str) -> Option<IpAddr> {
     let text = text.trim();
     if let Ok(ip) = text.parse::<IpAddr>() {
         return Some(ip);
@@ -212,8 +281,16 @@ fn parse_node(text: &str) -> Option<IpAddr> {
     host.parse::<Ipv4Addr>().ok().map(IpAddr::V4)
 }
 
-/// The `for=` node of one `Forwarded` element (RFC 7239), e.g. `for="[2001:db8::1]:80";proto=https`.
-fn forwarded_for(element: &str) -> Option<IpAddr> {
+/// The `for=` node of one `Forwarded` element (RFC 7239), e.g.
+/// `for="[2001:db8::1]:80";proto=https`; `None` without one, or for `unknown` and
+/// obfuscated nodes. Pure; never panics (a fuzz target).
+///
+/// ```
+/// use sluicegate_middleware::identity::forwarded_for;
+/// assert_eq!(forwarded_for("proto=http;For=\"192.0.2.60:80\""), Some("192.0.2.60".parse().unwrap()));
+/// assert_eq!(forwarded_for("for=_hidden"), None);
+/// ```
+pub fn forwarded_for(element: &str) -> Option<IpAddr> {
     element.split(';').find_map(|pair| {
         let (name, value) = pair.split_once('=')?;
         if !name.trim().eq_ignore_ascii_case("for") {
@@ -226,6 +303,43 @@ fn forwarded_for(element: &str) -> Option<IpAddr> {
             .unwrap_or(value);
         parse_node(value)
     })
+}
+
+/// A client key as it may appear in a log: its kind (`ip:`, `header:x-api-key:`) and a
+/// short fingerprint, never the value. Keys are API keys, session cookies and addresses;
+/// logs travel further than the limiter's state. The fingerprint is keyed per process, so
+/// lines about one client can be matched up, but a low-entropy value (an IPv4 address)
+/// cannot be recovered by hashing every candidate.
+///
+/// ```
+/// use sluicegate_middleware::identity::key_hint;
+/// let hint = key_hint("header:x-api-key:sk_live_secret");
+/// assert!(hint.starts_with("header:x-api-key:#"));
+/// assert!(!hint.contains("secret"));
+/// assert_eq!(hint, key_hint("header:x-api-key:sk_live_secret"));
+/// assert!(key_hint("ip:203.0.113.9").starts_with("ip:#"));
+/// ```
+pub fn key_hint(key: &str) -> String {
+    use std::hash::BuildHasher;
+    static SEED: std::sync::OnceLock<std::collections::hash_map::RandomState> =
+        std::sync::OnceLock::new();
+    let fingerprint = SEED
+        .get_or_init(std::collections::hash_map::RandomState::new)
+        .hash_one(key);
+    let kind = match key.split_once(':') {
+        Some(("ip", _)) => "ip:".len(),
+        Some((kind, rest)) if kind.bytes().all(|b| b.is_ascii_lowercase()) => {
+            // `header:<name>:<value>` and the like: the name is configuration, not data.
+            match rest.split_once(':') {
+                Some((name, _)) if !name.is_empty() && !name.contains(['=', ' ']) => {
+                    kind.len() + 1 + name.len() + 1
+                }
+                _ => kind.len() + 1,
+            }
+        }
+        _ => 0,
+    };
+    format!("{}#{:08x}", &key[..kind], fingerprint as u32)
 }
 
 /// What a [`KeyExtractor`] may look at.
@@ -406,8 +520,63 @@ mod tests {
     }
 
     #[test]
-    fn forwarded_header() {
+    fn a_malformed_entry_spoils_only_itself() {
         let id = identity();
+        let peer = ip("127.0.0.1");
+        // nginx's $proxy_add_x_forwarded_for puts the client's bytes and the real
+        // address on one line; a non-ASCII byte must not hide the real address.
+        let mut h = HeaderMap::new();
+        h.insert(
+            "x-forwarded-for",
+            http::HeaderValue::from_bytes(b"1.1.1.1\xff, 2.2.2.2").unwrap(),
+        );
+        assert_eq!(id.client_ip(peer, &h), ip("2.2.2.2"));
+        h.insert(
+            "x-forwarded-for",
+            http::HeaderValue::from_bytes(b"\xfe\xff, 10.1.1.1, 2.2.2.2").unwrap(),
+        );
+        assert_eq!(id.client_ip(peer, &h), ip("2.2.2.2"));
+        // The same on separate lines, the client's first.
+        let mut h = HeaderMap::new();
+        h.append(
+            "x-forwarded-for",
+            http::HeaderValue::from_bytes(b"\xff").unwrap(),
+        );
+        h.append("x-forwarded-for", "2.2.2.2".parse().unwrap());
+        assert_eq!(id.client_ip(peer, &h), ip("2.2.2.2"));
+        // Behind only trusted hops, a malformed entry ends the walk at the last good one.
+        assert_eq!(
+            id.client_ip(peer, &xff("garbage, 10.2.2.2, 10.1.1.1")),
+            ip("10.2.2.2")
+        );
+        // Empty entries say nothing.
+        assert_eq!(
+            id.client_ip(peer, &xff("3.3.3.3,, 10.1.1.1, ")),
+            ip("3.3.3.3")
+        );
+    }
+
+    #[test]
+    fn only_the_configured_header_is_read() {
+        let peer = ip("127.0.0.1");
+        let mut h = xff("6.6.6.6");
+        h.insert("forwarded", "for=7.7.7.7".parse().unwrap());
+        h.insert("x-real-ip", "8.8.8.8".parse().unwrap());
+        let with = |header| identity().with_header(header).client_ip(peer, &h);
+        assert_eq!(with(ClientIpHeader::XForwardedFor), ip("6.6.6.6"));
+        assert_eq!(with(ClientIpHeader::Forwarded), ip("7.7.7.7"));
+        assert_eq!(with(ClientIpHeader::XRealIp), ip("8.8.8.8"));
+        // Forwarded configured, only X-Forwarded-For sent: the peer.
+        let only_xff = xff("6.6.6.6");
+        let fwd = identity().with_header(ClientIpHeader::Forwarded);
+        assert_eq!(fwd.client_ip(peer, &only_xff), peer);
+        assert_eq!("Forwarded".parse(), Ok(ClientIpHeader::Forwarded));
+        assert!("x-client-ip".parse::<ClientIpHeader>().is_err());
+    }
+
+    #[test]
+    fn forwarded_header() {
+        let id = identity().with_header(ClientIpHeader::Forwarded);
         let mut h = HeaderMap::new();
         h.insert(
             "forwarded",

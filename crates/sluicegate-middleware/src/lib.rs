@@ -46,15 +46,16 @@ pub mod layer;
 pub mod lease;
 pub mod limiter;
 pub mod metrics;
+pub mod path;
 pub mod route;
 
 pub use access::{Access, AccessList};
 pub use builder::{BuildError, RateLimiterBuilder};
 pub use handle::LimiterHandle;
 pub use headers::{HeaderSet, RejectionBody};
-pub use identity::{ClientIdentity, KeyContext, KeyExtractor, RouteKey};
+pub use identity::{ClientIdentity, ClientIpHeader, KeyContext, KeyExtractor, RouteKey};
 pub use layer::{PeerAddr, RateLimitLayer, RateLimitService};
 pub use lease::{LeaseBody, LeaseGuard};
-pub use limiter::{RateLimitDecision, RateLimiter, TokioTimer};
+pub use limiter::{RateLimitDecision, RateLimiter, TokioTimer, WaitQueue};
 pub use metrics::MetricsObserver;
 pub use route::{KeySpec, Route, RouteError, RouteSpec, RouteTable};

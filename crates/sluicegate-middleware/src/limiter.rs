@@ -4,7 +4,7 @@
 
 use std::net::IpAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -60,6 +60,71 @@ pub struct RateLimiter {
     extractor: Arc<dyn KeyExtractor>,
     last_store_warning: AtomicU64,
     access: AccessList,
+    wait_queue: Option<Arc<WaitQueue>>,
+}
+
+/// Bounds how many delayed requests wait for their slot at once (`server.max_waiting`):
+/// each one holds a connection and a task, so an unbounded queue is a way to exhaust the
+/// server. A request that would wait beyond the bound is rejected at once (429, its slot
+/// given back), like nginx `limit_req` when its burst queue is full.
+///
+/// Shared by every limiter built from one configuration and its reloads, so requests
+/// already waiting keep counting after a reload.
+#[derive(Debug)]
+pub struct WaitQueue {
+    max: AtomicUsize,
+    waiting: AtomicUsize,
+}
+
+impl WaitQueue {
+    /// A queue of at most `max` waiting requests.
+    pub fn new(max: usize) -> Arc<WaitQueue> {
+        Arc::new(WaitQueue {
+            max: AtomicUsize::new(max),
+            waiting: AtomicUsize::new(0),
+        })
+    }
+    /// Changes the bound (on reload); requests already waiting are not affected.
+    pub fn set_max(&self, max: usize) {
+        self.max.store(max, Ordering::Relaxed);
+    }
+    /// Requests waiting now.
+    pub fn waiting(&self) -> usize {
+        self.waiting.load(Ordering::Relaxed)
+    }
+    fn try_enter(self: &Arc<Self>) -> Option<Arc<WaitSlot>> {
+        let max = self.max.load(Ordering::Relaxed);
+        self.waiting
+            .fetch_update(Ordering::AcqRel, Ordering::Relaxed, |n| {
+                (n < max).then_some(n + 1)
+            })
+            .ok()?;
+        Some(Arc::new(WaitSlot {
+            queue: Arc::clone(self),
+            held: AtomicBool::new(true),
+        }))
+    }
+}
+
+/// One place in a [`WaitQueue`], given back after the wait (or when dropped).
+#[derive(Debug)]
+struct WaitSlot {
+    queue: Arc<WaitQueue>,
+    held: AtomicBool,
+}
+
+impl WaitSlot {
+    fn release(&self) {
+        if self.held.swap(false, Ordering::AcqRel) {
+            self.queue.waiting.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+}
+
+impl Drop for WaitSlot {
+    fn drop(&mut self) {
+        self.release();
+    }
 }
 
 /// [`Timer`] on the tokio runtime, for [`Decider::with_timeout`].
@@ -104,6 +169,7 @@ impl RateLimiter {
             header_sets: header_sets.into(),
             extractor: Arc::new(RouteKey),
             last_store_warning: AtomicU64::new(0),
+            wait_queue: None,
             access: AccessList::default(),
         }
     }
@@ -117,6 +183,12 @@ impl RateLimiter {
     /// The server-wide allow and deny lists.
     pub fn access(&self) -> &AccessList {
         &self.access
+    }
+
+    /// Bounds the delayed requests waiting at once (default: no bound).
+    pub fn with_wait_queue(mut self, queue: Arc<WaitQueue>) -> RateLimiter {
+        self.wait_queue = Some(queue);
+        self
     }
 
     /// Replaces the key extractor (default: [`RouteKey`], the route's `key`).
@@ -161,7 +233,9 @@ impl RateLimiter {
             Some((path, query)) => (path, Some(query)),
             None => (target, None),
         };
-        let route = self.routes.find(method, path, headers);
+        // One normal form for routes and key extractors alike (see `crate::path`).
+        let path = crate::path::normalize_path(path);
+        let route = self.routes.find(method, &path, headers);
         let addr = self.identity.client_addr(peer, headers);
         match self.access.judge(addr, route.and_then(Route::access)) {
             Access::Limited => {}
@@ -178,7 +252,7 @@ impl RateLimiter {
         let client_ip = self.identity.mask(addr);
         let context = KeyContext {
             method,
-            path,
+            path: &path,
             query,
             headers,
             peer,
@@ -205,6 +279,7 @@ impl RateLimiter {
             policy_field: None,
             store: Arc::clone(self.decider.store()),
             header_sets: Arc::clone(&self.header_sets),
+            wait_slot: None,
             forbidden: true,
         }
     }
@@ -215,10 +290,16 @@ impl RateLimiter {
         let policies = route.policies();
         let request = CheckRequest::new(policies, &key, COST);
         // The caller's mistakes (a key the stores refuse) are answered like a store failure:
-        // an HTTP client must never see a 500 for them.
+        // an HTTP client must never see a 500 for them. Errors of the configuration or the
+        // code fail closed (`Verdict::store_error`): they must never open the gate.
         let decided = self.decider.check(request).await.unwrap_or_else(|error| {
+            let verdict = if error.is_bad_request() {
+                Verdict::store_failed(policies)
+            } else {
+                Verdict::store_error(policies, &error)
+            };
             let decided = sluicegate_core::Decided {
-                verdict: Verdict::store_failed(policies),
+                verdict,
                 failure: Some(error),
             };
             self.decider.observe(&key, &decided.verdict);
@@ -227,12 +308,20 @@ impl RateLimiter {
         if let Some(error) = &decided.failure {
             self.warn_store_error(error);
         }
-        let verdict = decided.verdict;
+        let mut verdict = decided.verdict;
+        let mut wait_slot = None;
+        if verdict.allowed && verdict.delay > 0 {
+            match self.wait_queue.as_ref().map(WaitQueue::try_enter) {
+                Some(None) => self.reject_queue_full(&mut verdict, &key).await,
+                Some(slot) => wait_slot = slot,
+                None => {}
+            }
+        }
         for d in &verdict.decisions {
             if d.outcome == Outcome::ShadowDenied {
                 tracing::info!(
                     policy = d.policy.name(),
-                    key = %key,
+                    key = %crate::identity::key_hint(&key),
                     route = route.path(),
                     "shadow mode: request would have been rejected"
                 );
@@ -245,8 +334,33 @@ impl RateLimiter {
             policy_field: route.policy_field().cloned(),
             store: Arc::clone(self.decider.store()),
             header_sets: Arc::clone(&self.header_sets),
+            wait_slot,
             forbidden: false,
         }
+    }
+
+    /// The wait queue is full: give back what the request took and deny it, with the wait
+    /// it would have had as its `retry_after`.
+    async fn reject_queue_full(&self, verdict: &mut Verdict, key: &str) {
+        let consumed: Vec<Arc<Policy>> = verdict
+            .decisions
+            .iter()
+            .filter(|d| d.decision.allowed)
+            .map(|d| Arc::clone(&d.policy))
+            .collect();
+        if let Err(error) = self.decider.store().refund(&consumed, key, COST).await {
+            tracing::debug!(%error, "could not give back the slot of a request refused by max_waiting");
+        }
+        for d in &mut verdict.decisions {
+            if d.decision.delay > 0 {
+                d.decision.allowed = false;
+                d.decision.retry_after = Some(d.decision.delay.max(1));
+                d.decision.delay = 0;
+                d.outcome = Outcome::Denied;
+            }
+        }
+        verdict.allowed = false;
+        verdict.delay = 0;
     }
 
     /// One warning a second at most: a dead store must not flood the log.
@@ -260,7 +374,11 @@ impl RateLimiter {
                 .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
                 .is_ok()
         {
-            tracing::warn!(store = self.decider.store().kind(), %error, "rate-limit store failed; on_store_error applies");
+            if error.is_outage() {
+                tracing::warn!(store = self.decider.store().kind(), %error, "rate-limit store failed; on_store_error applies");
+            } else {
+                tracing::error!(store = self.decider.store().kind(), %error, "rate-limit store could not decide; failing closed");
+            }
         }
     }
 }
@@ -281,6 +399,7 @@ pub struct RateLimitDecision {
     policy_field: Option<HeaderValue>,
     store: Arc<dyn Store>,
     header_sets: Arc<[HeaderSet]>,
+    wait_slot: Option<Arc<WaitSlot>>,
     forbidden: bool,
 }
 
@@ -386,6 +505,9 @@ impl RateLimitDecision {
         };
         tokio::time::sleep(self.delay()).await;
         guard.refund = None;
+        if let Some(slot) = &self.wait_slot {
+            slot.release();
+        }
     }
 }
 
@@ -415,7 +537,7 @@ impl Drop for RefundGuard {
         };
         runtime.spawn(async move {
             if let Err(error) = store.refund(&policies, &key, 1).await {
-                tracing::debug!(%error, key = %key, "could not refund a cancelled delayed request");
+                tracing::debug!(%error, key = %crate::identity::key_hint(&key), "could not refund a cancelled delayed request");
             }
         });
     }

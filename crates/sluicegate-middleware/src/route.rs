@@ -7,8 +7,12 @@
 //! - `path` is a prefix matched **on segment boundaries**: `/api` matches `/api`, `/api/`
 //!   and `/api/users`, but not `/apix`. A prefix ending in `/` (such as `/` or `/api/`)
 //!   matches every path that starts with it. The query string is not part of the path.
-//!   Paths are compared byte for byte, without decoding or normalising them: put the
-//!   limiter behind whatever normalises paths for your handlers.
+//!   Both the request's path and the route's are first put in normal form by
+//!   [`normalize_path`](crate::path::normalize_path) (escapes of unreserved characters
+//!   decoded, dot segments removed, repeated slashes merged, `;` parameters cut), so
+//!   `/api/%61uth`, `/api//auth` and `/api/./auth` all meet the limits of `/api/auth`.
+//!   Comparison is byte for byte, unless the route sets `case_insensitive` (ASCII case
+//!   ignored: for upstreams on case-insensitive file systems or frameworks).
 //! - `methods`, when given, must contain the request's method (names are case-insensitive
 //!   in the configuration and upper-cased).
 //! - every `headers` condition must hold: the request has that header with exactly that
@@ -167,6 +171,9 @@ pub struct RouteSpec {
     /// How clients are told apart.
     #[serde(default)]
     pub key: KeySpec,
+    /// Match `path` ignoring ASCII case (`/API/Auth` meets `/api/auth`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub case_insensitive: bool,
     /// Clients (CIDRs) never limited on this route, besides the server's `allow`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub allow: Vec<IpNet>,
@@ -184,9 +191,16 @@ impl RouteSpec {
             headers: BTreeMap::new(),
             policies: policies.iter().map(|p| (*p).to_owned()).collect(),
             key: KeySpec::Ip,
+            case_insensitive: false,
             allow: Vec::new(),
             deny: Vec::new(),
         }
+    }
+
+    /// Matches the path ignoring ASCII case.
+    pub fn case_insensitive(mut self, yes: bool) -> Self {
+        self.case_insensitive = yes;
+        self
     }
 
     /// Restricts the route to these methods.
@@ -273,6 +287,7 @@ pub enum RouteError {
 #[derive(Debug, Clone)]
 pub struct Route {
     path: Arc<str>,
+    case_insensitive: bool,
     methods: Option<Vec<Method>>,
     headers: Vec<(HeaderName, HeaderValue)>,
     policies: Arc<[Arc<Policy>]>,
@@ -341,10 +356,16 @@ impl Route {
             })?);
         }
         Ok(Route {
-            path: Arc::from(path.as_str()),
+            path: Arc::from(crate::path::normalize_path(path).as_ref()),
+            case_insensitive: spec.case_insensitive,
             methods,
             headers,
-            policy_field: crate::headers::policy_field(&policies),
+            // A calendar window's length changes with the date: computed per response then.
+            policy_field: if policies.iter().any(|p| p.calendar().is_some()) {
+                None
+            } else {
+                crate::headers::policy_field(&policies)
+            },
             policies: policies.into(),
             key: spec.key.clone(),
             index,
@@ -353,7 +374,7 @@ impl Route {
         })
     }
 
-    /// The path prefix.
+    /// The path prefix, in normal form.
     pub fn path(&self) -> &str {
         &self.path
     }
@@ -390,9 +411,15 @@ impl Route {
         self.index
     }
 
-    /// Whether the route applies to this request.
+    /// Whether the path is matched ignoring ASCII case.
+    pub fn is_case_insensitive(&self) -> bool {
+        self.case_insensitive
+    }
+
+    /// Whether the route applies to this request; `path` must be in normal form
+    /// ([`normalize_path`](crate::path::normalize_path); [`RouteTable::find`] does it).
     pub fn matches(&self, method: &Method, path: &str, headers: &HeaderMap) -> bool {
-        path_matches(&self.path, path)
+        path_matches(&self.path, path, self.case_insensitive)
             && self.methods.as_ref().is_none_or(|m| m.contains(method))
             && self
                 .headers
@@ -401,12 +428,19 @@ impl Route {
     }
 }
 
-/// Prefix match on segment boundaries.
-fn path_matches(prefix: &str, path: &str) -> bool {
-    match path.strip_prefix(prefix) {
-        Some(rest) => rest.is_empty() || prefix.ends_with('/') || rest.starts_with('/'),
-        None => false,
-    }
+/// Prefix match on segment boundaries (bytes, so a cut inside a character is harmless).
+fn path_matches(prefix: &str, path: &str, case_insensitive: bool) -> bool {
+    let (prefix, path) = (prefix.as_bytes(), path.as_bytes());
+    let Some(head) = path.get(..prefix.len()) else {
+        return false;
+    };
+    let same = if case_insensitive {
+        head.eq_ignore_ascii_case(prefix)
+    } else {
+        head == prefix
+    };
+    let rest = &path[prefix.len()..];
+    same && (rest.is_empty() || prefix.ends_with(b"/") || rest.starts_with(b"/"))
 }
 
 /// The validated routes, ordered so that the first match is the most specific.
@@ -473,11 +507,14 @@ impl RouteTable {
         RouteTable { routes }
     }
 
-    /// The most specific route matching the request, if any.
+    /// The most specific route matching the request, if any. `path` is put in normal form
+    /// first ([`normalize_path`](crate::path::normalize_path)); it costs no allocation when
+    /// it already is.
     pub fn find(&self, method: &Method, path: &str, headers: &HeaderMap) -> Option<&Route> {
+        let path = crate::path::normalize_path(path);
         self.routes
             .iter()
-            .find(|route| route.matches(method, path, headers))
+            .find(|route| route.matches(method, &path, headers))
     }
 
     /// The routes, most specific first.
@@ -509,13 +546,47 @@ mod tests {
 
     #[test]
     fn segment_boundaries() {
-        assert!(path_matches("/api", "/api"));
-        assert!(path_matches("/api", "/api/"));
-        assert!(path_matches("/api", "/api/x"));
-        assert!(!path_matches("/api", "/apix"));
-        assert!(path_matches("/api/", "/api/x"));
-        assert!(!path_matches("/api/", "/api"));
-        assert!(path_matches("/", "/anything"));
+        assert!(path_matches("/api", "/api", false));
+        assert!(path_matches("/api", "/api/", false));
+        assert!(path_matches("/api", "/api/x", false));
+        assert!(!path_matches("/api", "/apix", false));
+        assert!(path_matches("/api/", "/api/x", false));
+        assert!(!path_matches("/api/", "/api", false));
+        assert!(path_matches("/", "/anything", false));
+        assert!(!path_matches("/api", "/API/x", false));
+        assert!(path_matches("/api", "/API/x", true));
+        assert!(!path_matches("/api", "/APIX", true));
+        assert!(!path_matches("/é", "/\u{c9}", true));
+    }
+
+    #[test]
+    fn find_matches_the_normal_form() {
+        let table = RouteTable::new(
+            &[
+                RouteSpec::new("/api/auth", &["a"]),
+                RouteSpec::new("/Admin/", &["b"]).case_insensitive(true),
+                RouteSpec::new("/x/%7e/", &["c"]),
+            ],
+            lookup,
+        )
+        .unwrap();
+        let find = |p: &str| {
+            table
+                .find(&Method::GET, p, &HeaderMap::new())
+                .map(Route::path)
+        };
+        for p in [
+            "/api/%61uth/login",
+            "/api//auth",
+            "/api/./auth",
+            "/api/auth;x",
+        ] {
+            assert_eq!(find(p), Some("/api/auth"), "{p}");
+        }
+        assert_eq!(find("/ADMIN/users"), Some("/Admin/"));
+        assert_eq!(find("/admin/%2E/users"), Some("/Admin/"));
+        assert_eq!(find("/x/~/y"), Some("/x/~/"));
+        assert_eq!(find("/API/auth"), None);
     }
 
     #[test]

@@ -5,7 +5,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use reqwest::header::HeaderMap;
 use sfv::{BareItem, List, ListEntry, Parser};
-use sluicegate_core::{AlgorithmKind, MemoryStore};
+use sluicegate_core::{AlgorithmKind, ManualClock, MemoryStore};
 use sluicegate_middleware::{HeaderSet, RateLimiter, RejectionBody, RouteSpec};
 use sluicegate_testkit::http::serve_limited;
 use sluicegate_testkit::policy;
@@ -132,7 +132,10 @@ async fn headers_agree_with_the_decision() {
 
 #[tokio::test]
 async fn every_429_has_whole_second_retry_after_and_the_json_body() {
-    let limiter = RateLimiter::builder(Arc::new(MemoryStore::new(1000)))
+    // The store's clock stands still, so no refill happens between requests: exactly
+    // `burst` are admitted whatever the machine's speed.
+    let store = MemoryStore::with_clock(1000, ManualClock::new(1_000_000));
+    let limiter = RateLimiter::builder(Arc::new(store))
         .policy(policy(
             "fast",
             AlgorithmKind::Gcra,
@@ -152,8 +155,8 @@ async fn every_429_has_whole_second_retry_after_and_the_json_body() {
     let base = serve_limited(limiter).await;
     let client = reqwest::Client::new();
 
-    let mut rejected = 0;
-    for path in ["fast", "slow"] {
+    for (path, admitted) in [("fast", 4), ("slow", 2)] {
+        let mut rejected = 0;
         for _ in 0..8 {
             let response = client.get(format!("{base}/{path}")).send().await.unwrap();
             if response.status() != 429 {
@@ -170,12 +173,11 @@ async fn every_429_has_whole_second_retry_after_and_the_json_body() {
             assert_eq!(body.policy, path);
             assert_eq!(body.retry_after_seconds, retry_after);
             assert!(!body.message.is_empty());
-            if path == "slow" {
-                assert!((29..=30).contains(&retry_after), "{retry_after}");
-            }
+            // Whole seconds, rounded up: 50 ms for the next GCRA slot, 30 s for the log.
+            assert_eq!(retry_after, if path == "slow" { 30 } else { 1 });
         }
+        assert_eq!(rejected, 8 - admitted, "{path}");
     }
-    assert!(rejected >= 6, "only {rejected} rejections");
 }
 
 #[tokio::test]

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use sluicegate_core::{AlgorithmKind, MemoryStore};
-use sluicegate_middleware::{RateLimiter, RouteSpec};
+use sluicegate_middleware::{ClientIpHeader, RateLimiter, RouteSpec};
 use sluicegate_testkit::http::serve_limited_on;
 use sluicegate_testkit::{Counting, policy};
 
@@ -109,21 +109,50 @@ async fn a_trusted_proxy_names_the_rightmost_untrusted_hop() {
 }
 
 #[tokio::test]
-async fn forwarded_header_is_honoured_from_trusted_peers() {
+async fn forwarded_header_is_honoured_from_trusted_peers_when_configured() {
     let observer = Arc::new(Counting::default());
-    let (addr, _) =
-        serve_limited_on(limiter(&["127.0.0.1/32"], observer.clone()), "127.0.0.1:0").await;
+    let limiter = RateLimiter::builder(Arc::new(MemoryStore::new(1000)))
+        .policy(policy(
+            "per-ip",
+            AlgorithmKind::FixedWindow,
+            2,
+            Duration::from_secs(3600),
+        ))
+        .route(RouteSpec::new("/", &["per-ip"]))
+        .trusted_proxies(vec!["127.0.0.1/32".parse().unwrap()])
+        .client_ip_header(ClientIpHeader::Forwarded)
+        .observer(observer.clone())
+        .build()
+        .unwrap();
+    let (addr, _) = serve_limited_on(limiter, "127.0.0.1:0").await;
     let response = reqwest::Client::new()
         .get(format!("http://{addr}/x"))
         .header(
             "forwarded",
             r#"for=192.0.2.60;proto=http, for="[2001:db8:cafe::17]:4711""#,
         )
+        // The client's own X-Forwarded-For is not the configured header: ignored.
+        .header("x-forwarded-for", "6.6.6.6")
         .send()
         .await
         .unwrap();
     assert_eq!(response.status(), 200);
     assert_eq!(observer.keys.lock().unwrap()[0], "ip:2001:db8:cafe::/64");
+}
+
+#[tokio::test]
+async fn forwarded_is_ignored_unless_configured() {
+    let observer = Arc::new(Counting::default());
+    let (addr, _) =
+        serve_limited_on(limiter(&["127.0.0.1/32"], observer.clone()), "127.0.0.1:0").await;
+    let response = reqwest::Client::new()
+        .get(format!("http://{addr}/x"))
+        .header("forwarded", "for=192.0.2.60")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    assert_eq!(observer.keys.lock().unwrap()[0], "ip:127.0.0.1");
 }
 
 /// Over IPv6 loopback: the proxy at ::1 forwards clients of one /64 (they share a limit)

@@ -4,12 +4,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use sluicegate_core::{
-    AlgorithmKind, BoxFuture, CheckRequest, MemoryStore, Mode, OnStoreError, Outcome, Policy,
-    Store, StoreError, Verdict,
+    AlgorithmKind, BoxFuture, CheckRequest, ManualClock, MemoryStore, Mode, OnStoreError, Outcome,
+    Policy, Store, StoreError, Verdict,
 };
 use sluicegate_middleware::{RateLimiter, RejectionBody, RouteSpec};
 use sluicegate_testkit::http::{serve_limited, serve_limited_on};
-use sluicegate_testkit::{Counting, ok_count, policy_with, statuses};
+use sluicegate_testkit::{Counting, eventually, ok_count, policy_with, statuses};
 
 /// GCRA, 10 a second (one every 100 ms), burst 1, waiting up to `max_delay`.
 fn paced(max_delay: Duration) -> Policy {
@@ -21,10 +21,16 @@ fn paced(max_delay: Duration) -> Policy {
         .unwrap()
 }
 
+/// A store whose clock stands still at 1 s: decisions depend only on what was consumed,
+/// never on how fast this machine runs the test.
+fn frozen_store() -> Arc<MemoryStore<ManualClock>> {
+    Arc::new(MemoryStore::with_clock(1000, ManualClock::new(1_000_000)))
+}
+
 #[tokio::test]
 async fn delay_mode_spaces_requests_by_the_emission_interval() {
     let observer = Arc::new(Counting::default());
-    let limiter = RateLimiter::builder(Arc::new(MemoryStore::new(1000)))
+    let limiter = RateLimiter::builder(frozen_store())
         .policy(paced(Duration::from_millis(450)))
         .route(RouteSpec::new("/", &["paced"]))
         .observer(observer.clone())
@@ -35,59 +41,84 @@ async fn delay_mode_spaces_requests_by_the_emission_interval() {
     let client = reqwest::Client::new();
 
     // Six at once: slots at 0, 100, 200, 300, 400 ms fit max_delay; the sixth (500 ms)
-    // does not and is rejected at once rather than after a wait.
+    // does not and is rejected.
     let started = Instant::now();
-    let requests: Vec<_> = (0..6)
-        .map(|_| {
-            let request = client.get(&url).send();
-            async move {
-                let response = request.await.unwrap();
-                (
-                    response.status().as_u16(),
-                    started.elapsed(),
-                    response.headers().clone(),
-                )
-            }
-        })
-        .collect();
+    let requests: Vec<_> = (0..6).map(|_| client.get(&url).send()).collect();
     let mut responses = futures_util::future::join_all(requests).await;
-    responses.sort_by_key(|(status, ..)| *status);
-    let statuses: Vec<u16> = responses.iter().map(|(s, ..)| *s).collect();
+    responses.sort_by_key(|r| r.as_ref().unwrap().status().as_u16());
+    let statuses: Vec<u16> = responses
+        .iter()
+        .map(|r| r.as_ref().unwrap().status().as_u16())
+        .collect();
     assert_eq!(statuses, [200, 200, 200, 200, 200, 429]);
-    let (_, rejected_after, headers) = &responses[5];
-    assert!(
-        *rejected_after < Duration::from_millis(300),
-        "{rejected_after:?}"
-    );
-    assert!(
-        headers["retry-after"]
-            .to_str()
-            .unwrap()
-            .parse::<u64>()
-            .unwrap()
-            >= 1
-    );
+    let retry = &responses[5].as_ref().unwrap().headers()["retry-after"];
+    assert!(retry.to_str().unwrap().parse::<u64>().unwrap() >= 1);
 
+    // The k-th handler call waited for its slot: k × 100 ms after the requests were sent,
+    // at the earliest (a sleep never ends early, so this does not depend on the machine).
     let mut times = calls.lock().unwrap().clone();
     times.sort();
     assert_eq!(times.len(), 5);
-    for pair in times.windows(2) {
-        let gap = pair[1] - pair[0];
+    for (k, at) in times.iter().enumerate() {
+        let waited = *at - started;
+        let slot = Duration::from_millis(100) * k as u32;
         assert!(
-            gap >= Duration::from_millis(70),
-            "gap {gap:?} under the 100 ms interval"
+            waited >= slot,
+            "call {k} ran after {waited:?}, before its slot {slot:?}"
         );
     }
-    assert!(times[4] - times[0] >= Duration::from_millis(370));
-    assert!(started.elapsed() < Duration::from_secs(3));
     assert_eq!(observer.count("paced", Outcome::Delayed), 4);
     assert_eq!(observer.count("paced", Outcome::Allowed), 1);
     assert_eq!(observer.count("paced", Outcome::Denied), 1);
 }
 
 #[tokio::test]
+async fn a_request_over_max_delay_is_rejected_at_once_not_after_a_wait() {
+    // One an hour, waiting up to 90 minutes: B waits an hour for its slot; C's would be
+    // two hours away, so C is rejected, and its 429 must come while B is still waiting.
+    let policy = Arc::new(
+        Policy::builder("hourly", AlgorithmKind::Gcra, 1, Duration::from_secs(3600))
+            .burst(1)
+            .mode(Mode::Delay)
+            .max_delay(Duration::from_secs(5400))
+            .build()
+            .unwrap(),
+    );
+    let store = frozen_store();
+    let limiter = RateLimiter::builder(store.clone())
+        .policy((*policy).clone())
+        .route(RouteSpec::new("/", &["hourly"]))
+        .build()
+        .unwrap();
+    let (addr, calls) = serve_limited_on(limiter, "127.0.0.1:0").await;
+    let url = format!("http://{addr}/");
+    let client = reqwest::Client::new();
+    assert_eq!(client.get(&url).send().await.unwrap().status(), 200);
+    let waiting = tokio::spawn(client.get(&url).send());
+    let policies = [policy];
+    eventually("B has reserved the slot an hour away", || async {
+        let read = store.check_now(CheckRequest::new(&policies, "ip:127.0.0.1", 0));
+        read.unwrap().decisions[0].decision.reset_after == 7_200_000_000
+    })
+    .await;
+    let refused = client.get(&url).send().await.unwrap();
+    assert_eq!(refused.status(), 429);
+    let retry: u64 = refused.headers()["retry-after"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    // C's slot is two hours away; it fits max_delay (90 min) in 30 minutes.
+    assert_eq!(retry, 1800);
+    assert!(!waiting.is_finished(), "B waits for its slot an hour away");
+    assert_eq!(calls.lock().unwrap().len(), 1, "only A reached the handler");
+    waiting.abort();
+}
+
+#[tokio::test]
 async fn a_dropped_waiting_request_gives_its_slot_back() {
-    // One a second, burst 1, waits up to 1.5 s.
+    // One a second, burst 1, waits up to 1.5 s; the store's clock stands still, so only
+    // the refund can move the key's state (time passing cannot hide a missing refund).
     let policy = Arc::new(
         Policy::builder("slow", AlgorithmKind::Gcra, 1, Duration::from_secs(1))
             .burst(1)
@@ -96,7 +127,7 @@ async fn a_dropped_waiting_request_gives_its_slot_back() {
             .build()
             .unwrap(),
     );
-    let store = Arc::new(MemoryStore::new(1000));
+    let store = Arc::new(MemoryStore::with_clock(1000, ManualClock::new(1_000_000)));
     let limiter = RateLimiter::builder(store.clone())
         .policy((*policy).clone())
         .route(RouteSpec::new("/", &["slow"]))
@@ -104,34 +135,37 @@ async fn a_dropped_waiting_request_gives_its_slot_back() {
         .unwrap();
     let base = serve_limited(limiter).await;
     let client = reqwest::Client::new();
-
-    // A takes the burst; B reserves the slot at +1 s and gives up after 200 ms.
-    assert_eq!(client.get(&base).send().await.unwrap().status(), 200);
-    let impatient = reqwest::Client::builder()
-        .timeout(Duration::from_millis(200))
-        .build()
-        .unwrap();
-    assert!(impatient.get(&base).send().await.is_err());
-
-    // Wait until the refund has happened: the key's reset_after drops back under ~1 s.
     let policies = [policy];
-    let deadline = Instant::now() + Duration::from_secs(3);
-    loop {
-        let read = store
+    let reset_after = || {
+        store
             .check_now(CheckRequest::new(&policies, "ip:127.0.0.1", 0))
-            .unwrap();
-        if read.decisions[0].decision.reset_after <= 1_000_000 {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the slot of the dropped request was not refunded"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    // C gets B's slot (about 0.8 s away). Without the refund its slot would be ~1.8 s away,
-    // over max_delay, and it would be rejected.
+            .unwrap()
+            .decisions[0]
+            .decision
+            .reset_after
+    };
+
+    // A takes the burst; B reserves the slot at +1 s (the key is full again at +2 s), and
+    // is dropped (its connection closed) while it waits.
     assert_eq!(client.get(&base).send().await.unwrap().status(), 200);
+    assert_eq!(reset_after(), 1_000_000);
+    let waiting = tokio::spawn(client.get(&base).send());
+    eventually("B has reserved the next slot", || async {
+        reset_after() == 2_000_000
+    })
+    .await;
+    waiting.abort();
+    assert!(waiting.await.unwrap_err().is_cancelled());
+
+    // The refund gives B's slot back: exactly one emission interval again.
+    eventually("the dropped request's slot is refunded", || async {
+        reset_after() == 1_000_000
+    })
+    .await;
+    // C gets B's slot (1 s away, within max_delay). Without the refund its slot would be
+    // 2 s away, over max_delay, and it would be rejected.
+    assert_eq!(client.get(&base).send().await.unwrap().status(), 200);
+    assert_eq!(reset_after(), 2_000_000);
 }
 
 #[tokio::test]

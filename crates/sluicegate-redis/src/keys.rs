@@ -46,7 +46,15 @@ fn algorithm_tag(kind: AlgorithmKind) -> &'static str {
 fn fingerprint(policy: &Policy) -> u32 {
     let mut hash: u32 = 0x811c_9dc5;
     let numbers = [policy.limit(), policy.period(), policy.burst()];
-    for byte in numbers.iter().flat_map(|n| n.to_le_bytes()) {
+    let zone = policy
+        .calendar()
+        .map(|c| c.zone().as_bytes())
+        .unwrap_or_default();
+    for byte in numbers
+        .iter()
+        .flat_map(|n| n.to_le_bytes())
+        .chain(zone.iter().copied())
+    {
         hash ^= u32::from(byte);
         hash = hash.wrapping_mul(0x0100_0193);
     }
@@ -65,11 +73,45 @@ fn fingerprint(policy: &Policy) -> u32 {
 /// assert!(key.starts_with("sluicegate:{2001%3Adb8%3A%3A1}:auth:tb-"));
 /// ```
 pub fn state_key(prefix: &str, client_key: &str, policy: &Policy) -> String {
+    placed_state_key(prefix, None, client_key, policy)
+}
+
+/// [`state_key`] for a key placed with others ([`KeyedCheck::placement`]): the hash tag is
+/// the escaped placement, so every key of one placement lives in one slot:
+/// `<prefix>:{<escaped placement>}<escaped client key>:<policy>:<tag>`. No escaped text
+/// holds `:` or a brace, so a placed key never equals an unplaced one (which has `}:`) nor
+/// another placed one.
+///
+/// ```
+/// # use std::time::Duration;
+/// # use sluicegate_core::{AlgorithmKind, Policy};
+/// let policy = Policy::builder("p", AlgorithmKind::FixedWindow, 10, Duration::from_secs(60)).build().unwrap();
+/// let key = sluicegate_redis::placed_state_key("sg", Some("api"), "api/ip=1", &policy);
+/// assert!(key.starts_with("sg:{api}api/ip=1:p:fw-"));
+/// ```
+///
+/// [`KeyedCheck::placement`]: sluicegate_core::KeyedCheck::placement
+pub fn placed_state_key(
+    prefix: &str,
+    placement: Option<&str>,
+    client_key: &str,
+    policy: &Policy,
+) -> String {
     let mut key = String::with_capacity(prefix.len() + client_key.len() + policy.name().len() + 20);
     key.push_str(prefix);
     key.push_str(":{");
-    escape_into(&mut key, client_key);
-    key.push_str("}:");
+    match placement {
+        Some(placement) => {
+            escape_into(&mut key, placement);
+            key.push('}');
+            escape_into(&mut key, client_key);
+            key.push(':');
+        }
+        None => {
+            escape_into(&mut key, client_key);
+            key.push_str("}:");
+        }
+    }
     key.push_str(policy.name());
     key.push(':');
     key.push_str(algorithm_tag(policy.algorithm()));
@@ -110,6 +152,30 @@ mod tests {
             let tag = hash_tag(&key);
             assert!(!tag.is_empty());
             assert!(!tag.contains('{') && !tag.contains('}'));
+            assert_eq!(key.matches('{').count(), 1);
+            assert_eq!(key.matches('}').count(), 1);
+        }
+    }
+
+    #[test]
+    fn placed_keys_share_their_placement_slot_and_never_collide() {
+        use redis::cluster_routing::Slot;
+        let p = policy(5);
+        let a = placed_state_key("sg", Some("api"), "api/ip=1", &p);
+        let b = placed_state_key("sg", Some("api"), "api/path=%2Flogin", &p);
+        assert_eq!(Slot::for_key(&a), Slot::for_key(&b));
+        assert_eq!(hash_tag(&a), "api");
+        let mut seen = HashSet::new();
+        for (placement, client) in [
+            (None, "api"),
+            (Some("api"), "x"),
+            (Some("api}x"), "y"),
+            (Some("a"), "pi}x"),
+            (Some("api"), ":x"),
+            (None, "api}x"),
+        ] {
+            let key = placed_state_key("sg", placement, client, &p);
+            assert!(seen.insert(key.clone()), "collision: {key}");
             assert_eq!(key.matches('{').count(), 1);
             assert_eq!(key.matches('}').count(), 1);
         }

@@ -3,6 +3,8 @@
 
 use std::future::Future;
 use std::sync::Arc;
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use parking_lot::RwLock;
@@ -19,6 +21,74 @@ pub(crate) fn unavailable(message: impl Into<String>) -> StoreError {
     StoreError::Unavailable(message.into())
 }
 
+/// Error replies that mean the server cannot decide for now: out of memory under
+/// `maxmemory noeviction`, a replica (after a failover), loading its dataset, busy with a
+/// script, cut off from its master, a cluster without the slot, or refusing writes because
+/// it cannot persist. They are outages like a timeout: `on_store_error` applies and they
+/// count towards the circuit breaker.
+pub const OUTAGE_REPLIES: [&str; 9] = [
+    "OOM",
+    "READONLY",
+    "LOADING",
+    "BUSY",
+    "MASTERDOWN",
+    "CLUSTERDOWN",
+    "TRYAGAIN",
+    "MISCONF",
+    "NOREPLICAS",
+];
+
+/// What a failed command says about Redis.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Failure {
+    /// The connection is broken: drop it and reconnect.
+    Connection,
+    /// Redis answers but cannot decide now (one of [`OUTAGE_REPLIES`]).
+    Refusing,
+    /// Any other error reply (a script error, `WRONGTYPE`, `NOPERM`…): a bug or a
+    /// misconfiguration, never an outage, so never a reason to fail open.
+    Internal,
+}
+
+/// Sorts a failed command into [`Failure`]s.
+pub(crate) fn classify(e: &RedisError) -> Failure {
+    if e.is_io_error()
+        || e.is_connection_dropped()
+        || e.is_connection_refusal()
+        || e.is_timeout()
+        || e.is_unrecoverable_error()
+    {
+        return Failure::Connection;
+    }
+    let code = e.code().unwrap_or_default();
+    if OUTAGE_REPLIES.contains(&code) {
+        Failure::Refusing
+    } else {
+        Failure::Internal
+    }
+}
+
+/// At most one log line a second for a kind of failure: a dead store must not flood the log.
+#[derive(Debug, Default)]
+pub(crate) struct LogEvery {
+    /// Seconds since process start (plus one) of the last line.
+    last: AtomicU64,
+}
+
+impl LogEvery {
+    /// Whether a line may be written now (and claims it).
+    pub(crate) fn ready(&self) -> bool {
+        static START: OnceLock<Instant> = OnceLock::new();
+        let now = START.get_or_init(Instant::now).elapsed().as_secs() + 1;
+        let last = self.last.load(Ordering::Relaxed);
+        now > last
+            && self
+                .last
+                .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+    }
+}
+
 struct Current {
     /// Bumped on every change, so a failure seen on an old connection cannot drop a new one.
     generation: u64,
@@ -33,11 +103,16 @@ pub(crate) struct Link {
     breaker: Breaker,
     /// Wakes the background probe (see `store::probe_loop`).
     wake: Arc<Notify>,
+    /// The key the probe writes: a write is what OOM, READONLY and MASTERDOWN refuse,
+    /// where a `PING` would still succeed.
+    probe_key: String,
+    log: LogEvery,
 }
 
 impl Link {
-    /// Not connected yet: the first [`Link::probe_once`] connects.
-    pub(crate) fn new(target: Target, timeout: Duration) -> Link {
+    /// Not connected yet: the first [`Link::probe_once`] connects. `probe_key` is the key
+    /// a health probe writes (with a one-second TTL).
+    pub(crate) fn new(target: Target, timeout: Duration, probe_key: String) -> Link {
         Link {
             target,
             timeout,
@@ -47,7 +122,16 @@ impl Link {
             }),
             breaker: Breaker::default(),
             wake: Arc::new(Notify::new()),
+            probe_key,
+            log: LogEvery::default(),
         }
+    }
+
+    /// A write with a short TTL: succeeds only where a decision could be written.
+    pub(crate) fn probe_command(&self) -> redis::Cmd {
+        let mut cmd = redis::cmd("SET");
+        cmd.arg(&self.probe_key).arg(1).arg("PX").arg(1000);
+        cmd
     }
 
     pub(crate) fn kind(&self) -> &'static str {
@@ -103,18 +187,23 @@ impl Link {
                 true
             }
             Some(mut conn) if self.breaker.is_open() => {
-                let ping = redis::cmd("PING");
+                let probe = self.probe_command();
                 let answer =
-                    tokio::time::timeout(self.timeout * 2, ping.query_async::<()>(&mut conn));
-                if let Ok(Ok(())) = answer.await {
-                    self.breaker.success();
-                    tracing::info!(store = self.kind(), "Redis answers again; circuit closed");
-                    true
-                } else {
-                    if !self.is_cluster() {
-                        self.drop_conn(generation);
+                    tokio::time::timeout(self.timeout * 2, probe.query_async::<()>(&mut conn));
+                match answer.await {
+                    Ok(Ok(())) => {
+                        self.breaker.success();
+                        tracing::info!(store = self.kind(), "Redis answers again; circuit closed");
+                        true
                     }
-                    false
+                    // Redis answers, but still cannot decide: keep the connection.
+                    Ok(Err(e)) if classify(&e) != Failure::Connection => false,
+                    _ => {
+                        if !self.is_cluster() {
+                            self.drop_conn(generation);
+                        }
+                        false
+                    }
                 }
             }
             Some(_) => true,
@@ -186,23 +275,30 @@ impl Link {
         }
     }
 
+    /// Classifies a failed command, feeds the breaker, logs (at most once a second).
     fn failed(&self, generation: u64, e: RedisError) -> StoreError {
-        self.count_error("unavailable");
-        let connection = e.is_io_error()
-            || e.is_connection_dropped()
-            || e.is_connection_refusal()
-            || e.is_timeout()
-            || e.is_unrecoverable_error();
-        if connection {
-            if self.breaker.failure() {
-                self.wake.notify_one();
+        let failure = classify(&e);
+        match failure {
+            Failure::Connection | Failure::Refusing => {
+                self.count_error("unavailable");
+                if self.breaker.failure() {
+                    self.wake.notify_one();
+                }
+                if failure == Failure::Connection && !self.is_cluster() {
+                    self.drop_conn(generation);
+                }
+                if self.log.ready() {
+                    tracing::warn!(store = self.kind(), error = %e, "Redis cannot decide; on_store_error applies");
+                }
+                unavailable(e.to_string())
             }
-            if !self.is_cluster() {
-                self.drop_conn(generation);
+            Failure::Internal => {
+                self.count_error("internal");
+                if self.log.ready() {
+                    tracing::error!(store = self.kind(), error = %e, "Redis refused a command; failing closed");
+                }
+                StoreError::Internal(e.to_string())
             }
-        } else {
-            tracing::warn!(store = self.kind(), error = %e, "Redis refused a command");
         }
-        unavailable(e.to_string())
     }
 }

@@ -34,6 +34,8 @@ pub(crate) struct Params {
     pub burst: u64,
     /// `-1` outside delay mode.
     pub max_delay: i64,
+    /// µs; 0 for none (at most [`sluicegate_core::policy::MAX_PENALTY`], exact in doubles).
+    pub penalty: u64,
 }
 
 fn gcd(mut a: u64, mut b: u64) -> u64 {
@@ -77,6 +79,7 @@ pub(crate) fn params(policy: &Policy) -> Result<Params, RedisStoreError> {
             period: policy.period(),
             burst: policy.burst(),
             max_delay: -1,
+            penalty: policy.penalty(),
         });
     }
     if kind == AlgorithmKind::Gcra {
@@ -95,6 +98,7 @@ pub(crate) fn params(policy: &Policy) -> Result<Params, RedisStoreError> {
             period: 1,
             burst: policy.burst(),
             max_delay: i64::try_from(max_delay).unwrap_or(-1),
+            penalty: policy.penalty(),
         });
     }
     let g = gcd(policy.limit(), policy.period()).max(1);
@@ -123,6 +127,7 @@ pub(crate) fn params(policy: &Policy) -> Result<Params, RedisStoreError> {
         period,
         burst: policy.burst(),
         max_delay,
+        penalty: policy.penalty(),
     })
 }
 

@@ -17,10 +17,15 @@ use crate::cache::DenyCache;
 use crate::coalesce::{Job, QUEUE_DEPTH, dispatch};
 use crate::config::{RedisConfig, RedisStoreError};
 use crate::conn::Target;
-use crate::keys::state_key;
+use crate::keys::{placed_state_key, state_key};
 use crate::link::{Link, unavailable};
 use crate::range::params;
 use crate::script::{Item, Op, entry_script, invocation, verdicts};
+
+/// The key health probes write, `<prefix>:probe` (a one-second TTL).
+fn probe_key(prefix: &str) -> String {
+    format!("{prefix}:probe")
+}
 
 /// How often a background task retries a lost connection or probes an open circuit.
 pub const PROBE_INTERVAL: Duration = Duration::from_millis(250);
@@ -35,7 +40,8 @@ const QUEUE_SLACK: Duration = Duration::from_millis(10);
 
 /// Histogram of store call durations, seconds (the name is core's, shared by every store).
 pub const METRIC_DURATION: &str = sluicegate_core::store::metric::STORE_DURATION;
-/// Counter of failed store calls, labelled `error` = `timeout` | `unavailable` | `circuit_open`.
+/// Counter of failed store calls, labelled `error` = `timeout` | `unavailable` |
+/// `circuit_open` (outages) | `internal` (an error reply that is not an outage).
 pub const METRIC_ERRORS: &str = sluicegate_core::store::metric::STORE_ERRORS;
 
 /// The rate-limit store on Redis or Redis Cluster. See the crate documentation.
@@ -103,7 +109,7 @@ impl RedisStore {
             (Some(sender), Some(receiver))
         };
         let inner = Arc::new(Inner {
-            link: Link::new(target, config.timeout),
+            link: Link::new(target, config.timeout, probe_key(&config.key_prefix)),
             prefix: config.key_prefix.clone(),
             script: entry_script(),
             cache: config.local_cache.then(DenyCache::default),
@@ -218,7 +224,22 @@ impl Inner {
                     policy: Arc::clone(policy),
                     key: state_key(&self.prefix, key, policy),
                     cost,
-                    params: params(policy).map_err(|e| unavailable(e.to_string()))?,
+                    params: params(policy).map_err(|e| StoreError::Unsupported(e.to_string()))?,
+                })
+            })
+            .collect()
+    }
+
+    /// The items of a keyed check, each under its key and placement.
+    fn keyed_items(&self, items: &[KeyedCheck<'_>]) -> Result<Vec<Item>, StoreError> {
+        items
+            .iter()
+            .map(|item| {
+                Ok(Item {
+                    policy: Arc::clone(item.policy),
+                    key: placed_state_key(&self.prefix, item.placement, item.key, item.policy),
+                    cost: item.cost,
+                    params: params(item.policy).map_err(|e| unavailable(e.to_string()))?,
                 })
             })
             .collect()
@@ -261,14 +282,13 @@ impl Inner {
         {
             return Ok(verdict);
         }
-        let verdict = match (&self.queue, now) {
-            (Some(queue), None) => self.coalesced(queue, items).await?,
-            _ => self
-                .decide(&[&items], now)
-                .await?
-                .pop()
-                .ok_or_else(|| unavailable("empty reply from the Redis script"))?,
-        };
+        let verdict =
+            match (&self.queue, now) {
+                (Some(queue), None) => self.coalesced(queue, items).await?,
+                _ => self.decide(&[&items], now).await?.pop().ok_or_else(|| {
+                    StoreError::Internal("empty reply from the Redis script".into())
+                })?,
+            };
         if let (Some(cache), Some(key)) = (&self.cache, cache_key) {
             cache.remember(key, request.cost, &verdict);
         }
@@ -309,19 +329,23 @@ impl Inner {
         now: Option<Micros>,
     ) -> Result<Verdict, StoreError> {
         KeyedCheck::validate_all(items)?;
-        let prepared = self.items(items.iter().map(|i| (i.policy, i.key, i.cost)))?;
+        let prepared = self.keyed_items(items)?;
+        // A script touches one slot only. Callers that check several keys at once on a
+        // cluster give them one placement (the Envoy service: its domain), so this refusal
+        // is for a caller that did not: better no answer than a non-atomic one.
         if self.link.is_cluster() {
             let slot = Slot::for_key(&prepared[0].key);
             if prepared.iter().any(|i| Slot::for_key(&i.key) != slot) {
-                return Err(unavailable(
-                    "Redis Cluster cannot decide keys in different hash slots in one atomic step",
+                return Err(StoreError::Unsupported(
+                    "Redis Cluster cannot decide keys in different hash slots in one atomic step; give them one placement"
+                        .into(),
                 ));
             }
         }
         self.decide(&[&prepared], now)
             .await?
             .pop()
-            .ok_or_else(|| unavailable("empty reply from the Redis script"))
+            .ok_or_else(|| StoreError::Internal("empty reply from the Redis script".into()))
     }
 
     async fn check_batch(
@@ -410,7 +434,9 @@ impl Inner {
         }
         results
             .into_iter()
-            .map(|r| r.unwrap_or_else(|| Err(unavailable("no reply for this request"))))
+            .map(|r| {
+                r.unwrap_or_else(|| Err(StoreError::Internal("no reply for this request".into())))
+            })
             .collect()
     }
 
@@ -459,6 +485,42 @@ impl Inner {
         Ok(())
     }
 
+    async fn refund_keyed(
+        &self,
+        items: &[KeyedCheck<'_>],
+        now: Option<Micros>,
+    ) -> Result<(), StoreError> {
+        KeyedCheck::validate_all(items)?;
+        let prepared: Vec<Item> = self
+            .keyed_items(items)?
+            .into_iter()
+            .filter(|item| item.cost > 0)
+            .collect();
+        if let Some(cache) = &self.cache {
+            for item in &prepared {
+                cache.forget(&item.key);
+            }
+        }
+        // One script call per slot: a refund needs no atomicity across keys.
+        let mut groups: Vec<(Slot, Vec<Item>)> = Vec::new();
+        for item in prepared {
+            let slot = Slot::for_key(&item.key);
+            match groups.iter_mut().find(|(s, _)| *s == slot) {
+                Some((_, group)) => group.push(item),
+                None => groups.push((slot, vec![item])),
+            }
+        }
+        for (_, group) in groups {
+            let invocation = invocation(&self.script, now, Op::Refund, &[&group]);
+            self.link
+                .run(move |mut conn| async move {
+                    invocation.invoke_async::<redis::Value>(&mut conn).await
+                })
+                .await?;
+        }
+        Ok(())
+    }
+
     async fn reset(&self, policy: &Policy, key: &str) -> Result<(), StoreError> {
         check_key(key)?;
         let state = state_key(&self.prefix, key, policy);
@@ -469,15 +531,19 @@ impl Inner {
             .run(move |mut conn| async move {
                 redis::cmd("DEL")
                     .arg(&state)
+                    .arg(format!("{state}:penalty"))
                     .query_async::<()>(&mut conn)
                     .await
             })
             .await
     }
 
+    /// A write, not a `PING`: a server that answers but refuses writes (OOM, READONLY,
+    /// MASTERDOWN…) cannot decide, so it is not ready.
     async fn ping(&self) -> Result<(), StoreError> {
+        let probe = self.link.probe_command();
         self.link
-            .run(|mut conn| async move { redis::cmd("PING").query_async::<()>(&mut conn).await })
+            .run(|mut conn| async move { probe.query_async::<()>(&mut conn).await })
             .await
     }
 }
@@ -515,6 +581,13 @@ impl Store for RedisStore {
 
     fn release<'a>(&'a self, leases: &'a [Lease]) -> BoxFuture<'a, Result<(), StoreError>> {
         Box::pin(self.inner.release(leases))
+    }
+
+    fn refund_keyed<'a>(
+        &'a self,
+        items: &'a [KeyedCheck<'a>],
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(self.inner.refund_keyed(items, None))
     }
 
     fn reset<'a>(

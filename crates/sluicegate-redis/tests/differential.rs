@@ -44,6 +44,19 @@ fn any_policy(rng: &mut StdRng, name: &str, kind: AlgorithmKind) -> Arc<Policy> 
         _ => Duration::from_secs(86_400),
     };
     let mut builder = Policy::builder(name, kind, limit, period);
+    if kind == AlgorithmKind::FixedWindow && rng.random_bool(0.3) {
+        use sluicegate_core::calendar::{Calendar, CalendarUnit};
+        let units = [CalendarUnit::Day, CalendarUnit::Week, CalendarUnit::Month];
+        let zones = [
+            "UTC",
+            "Europe/Berlin",
+            "Australia/Lord_Howe",
+            "America/Santiago",
+        ];
+        let unit = units[rng.random_range(0..units.len())];
+        let zone = zones[rng.random_range(0..zones.len())];
+        builder = builder.calendar(Calendar::new(unit, zone).unwrap());
+    }
     if kind.uses_burst() {
         builder = builder.burst(rng.random_range(1..=limit.saturating_mul(2).min(limit + 16)));
     }
@@ -53,6 +66,9 @@ fn any_policy(rng: &mut StdRng, name: &str, kind: AlgorithmKind) -> Arc<Policy> 
         _ => Mode::Reject,
     };
     let max_delay = period.mul_f64(rng.random_range(0.0..1.5));
+    if rng.random_bool(0.3) {
+        builder = builder.penalty(period.mul_f64(rng.random_range(0.1..3.0)));
+    }
     Arc::new(builder.mode(mode).max_delay(max_delay).build().unwrap())
 }
 

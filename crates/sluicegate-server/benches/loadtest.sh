@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Server load tests, side by side in one run (results: docs/benchmarks/server.md).
 #
-#   cargo build --release -p sluicegate-server --bin sluicegate --example bench_peer
+#   cargo build --release -p sluicegate-server --bin sluicegate -p sluicegate-bench --bin bench_peer
 #   crates/sluicegate-server/benches/loadtest.sh [DURATION] [CONNECTIONS] [ROUNDS]
 #
 # 1. POST /v1/check on the in-memory store vs a bare axum handler answering the same JSON.
@@ -105,8 +105,8 @@ http {
 }
 NGX
 
-"$REL/examples/bench_peer" bare "127.0.0.1:$P_BARE" >/dev/null & PID_BARE=$!; PIDS+=($PID_BARE)
-"$REL/examples/bench_peer" upstream "127.0.0.1:$P_UP" >/dev/null & PIDS+=($!)
+"$REL/bench_peer" bare "127.0.0.1:$P_BARE" >/dev/null & PID_BARE=$!; PIDS+=($PID_BARE)
+"$REL/bench_peer" upstream "127.0.0.1:$P_UP" >/dev/null & PIDS+=($!)
 RUST_LOG=warn "$REL/sluicegate" serve --config "$WORK/bench.toml" >/dev/null & PID_SG=$!; PIDS+=($PID_SG)
 "$NGINX" -p "$WORK" -c "$WORK/nginx.conf" -e "$WORK/error.log" & PID_NGX=$!; PIDS+=($PID_NGX)
 for p in $P_BARE $P_API $P_UP $P_GW $P_NGX; do wait_port "$p"; done

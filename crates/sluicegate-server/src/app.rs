@@ -34,6 +34,37 @@ pub fn router(state: AppState) -> Router {
         .with_state(state)
 }
 
+/// Puts `server.api_token` in front of `/v1/*` and `/dashboard*` of `router` (the API and
+/// whatever was merged into it): in fact in front of every path but `/healthz`, `/readyz`,
+/// `/metrics` and `/openapi.json`, so that an endpoint added later is guarded by default.
+/// The token is read from the current configuration, so a reload changes it.
+pub fn guard(router: Router, state: AppState) -> Router {
+    router.layer(axum::middleware::from_fn_with_state(state, api_token))
+}
+
+async fn api_token(
+    State(state): State<AppState>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    let open = matches!(
+        request.uri().path(),
+        "/healthz" | "/readyz" | "/metrics" | "/openapi.json"
+    );
+    if !open {
+        let runtime = state.runtime();
+        let server = &runtime.config.server;
+        if let Err(e) = api::admin::authorize_api(
+            server.api_token.as_deref(),
+            server.admin_token.as_deref(),
+            request.headers(),
+        ) {
+            return e.into_response();
+        }
+    }
+    next.run(request).await
+}
+
 async fn method_not_allowed() -> ApiError {
     ApiError::new(
         StatusCode::METHOD_NOT_ALLOWED,

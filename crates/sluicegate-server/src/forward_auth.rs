@@ -16,25 +16,24 @@ use axum::response::{IntoResponse, Response};
 use crate::api::ApiError;
 use crate::state::AppState;
 
-/// Headers carrying the original URI, in order of preference.
-const URI_HEADERS: [&str; 2] = ["x-original-uri", "x-forwarded-uri"];
-/// Headers carrying the original method.
-const METHOD_HEADERS: [&str; 2] = ["x-original-method", "x-forwarded-method"];
-
-/// Decides the request the proxy describes in `X-Original-URI`/`X-Original-Method` (nginx)
-/// or `X-Forwarded-Uri`/`X-Forwarded-Method` (Traefik, Caddy): 200 with the rate-limit
-/// headers when admitted (after the wait, in delay mode) or when no route matches; else
-/// `server.forward_auth_deny_status` (default 429) with `Retry-After`, the rate-limit headers
-/// and the rejection JSON.
+/// Decides the request the proxy describes in the header pair `server.forward_auth_source`
+/// names: `X-Original-URI`/`X-Original-Method` (`x-original`, nginx) or
+/// `X-Forwarded-Uri`/`X-Forwarded-Method` (`x-forwarded`, Traefik, Caddy). The other pair is
+/// ignored: Traefik and Caddy pass the client's own headers to the auth call, so reading
+/// both would let a client choose the path that is decided. 200 with the rate-limit headers
+/// when admitted (after the wait, in delay mode) or when no route matches; else
+/// `server.forward_auth_deny_status` (default 429) with `Retry-After`, the rate-limit
+/// headers and the rejection JSON. Without the URI header, 400: a proxy that does not send
+/// it is misconfigured, and admitting would fail open.
 #[utoipa::path(get, path = "/v1/forward-auth", tag = "forward-auth",
     params(
-        ("X-Original-URI" = Option<String>, Header, description = "The client's request URI (nginx); or X-Forwarded-Uri (Traefik, Caddy)"),
-        ("X-Original-Method" = Option<String>, Header, description = "The client's method (nginx); or X-Forwarded-Method. Default: this request's method"),
-        ("X-Forwarded-For" = Option<String>, Header, description = "The client's address; used only when the peer is in server.trusted_proxies"),
+        ("X-Original-URI" = String, Header, pattern = "^/", description = "The client's request target, origin form (`/path?query`; nginx $request_uri). With forward_auth_source = x-forwarded it is X-Forwarded-Uri instead: /openapi.json shows the pair this server reads"),
+        ("X-Original-Method" = Option<String>, Header, pattern = "^[!#$%&'*+.^_`|~0-9A-Za-z-]+$", description = "The client's method (or X-Forwarded-Method). Default: this request's method"),
+        ("X-Forwarded-For" = Option<String>, Header, description = "The client's address (or the header server.client_ip_header names); used only when the peer is in server.trusted_proxies"),
     ),
     responses(
         (status = 200, description = "Admitted, or no route matches"),
-        (status = 400, description = "Neither X-Original-URI nor X-Forwarded-Uri, or an invalid one", body = crate::api::ErrorBody),
+        (status = 400, description = "The URI header is missing or invalid, or the method header is not a method", body = crate::api::ErrorBody),
         (status = 403, description = "The client is on a deny list (server.deny or the route's deny)", body = crate::api::ErrorBody),
         (status = 429, description = "Rejected (the status is server.forward_auth_deny_status)")))]
 pub async fn forward_auth(
@@ -44,11 +43,12 @@ pub async fn forward_auth(
     headers: HeaderMap,
 ) -> Response {
     let runtime = state.runtime();
-    let path = match original_path(&headers) {
+    let (uri_header, method_header) = runtime.config.server.forward_auth_source.headers();
+    let path = match original_path(&headers, uri_header) {
         Ok(path) => path,
         Err(e) => return e.into_response(),
     };
-    let method = match original_method(&headers, method) {
+    let method = match original_method(&headers, method_header, method) {
         Ok(method) => method,
         Err(e) => return e.into_response(),
     };
@@ -79,30 +79,31 @@ pub async fn forward_auth(
 
 /// The path and query of the original request (the query is not part of route matching;
 /// only `query:<name>` keys read it).
-fn original_path(headers: &HeaderMap) -> Result<String, ApiError> {
-    let Some(value) = URI_HEADERS.iter().find_map(|h| headers.get(*h)) else {
-        return Err(ApiError::invalid(
-            "forward-auth needs X-Original-URI (nginx) or X-Forwarded-Uri (Traefik, Caddy)",
-        ));
+fn original_path(headers: &HeaderMap, name: &str) -> Result<String, ApiError> {
+    let Some(value) = headers.get(name) else {
+        return Err(ApiError::invalid(format!(
+            "forward-auth needs the {name} header (server.forward_auth_source); \
+             is the proxy configured to send it?"
+        )));
     };
-    let uri: axum::http::Uri = value
-        .to_str()
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .ok_or_else(|| ApiError::invalid("the original URI header is not a valid URI"))?;
-    let path = uri.path();
-    let path = if path.is_empty() { "/" } else { path };
-    Ok(match uri.query() {
-        Some(query) => format!("{path}?{query}"),
-        None => path.to_owned(),
-    })
+    // Origin form (`/a//b?q`): what nginx's $request_uri, Caddy and Traefik send. It is
+    // taken as it is, not parsed as a URI: `//a` would read `a` as a host and skip the limit
+    // of `/a`. Bytes that are not UTF-8 are replaced, never a reason to refuse (or admit).
+    let text = String::from_utf8_lossy(value.as_bytes());
+    let text = text.trim();
+    if !text.starts_with('/') {
+        return Err(ApiError::invalid(format!(
+            "the {name} header must be the request target in origin form (`/path?query`)"
+        )));
+    }
+    Ok(text.split('#').next().unwrap_or("/").to_owned())
 }
 
-fn original_method(headers: &HeaderMap, own: Method) -> Result<Method, ApiError> {
-    match METHOD_HEADERS.iter().find_map(|h| headers.get(*h)) {
+fn original_method(headers: &HeaderMap, name: &str, own: Method) -> Result<Method, ApiError> {
+    match headers.get(name) {
         None => Ok(own),
         Some(value) => Method::from_bytes(value.as_bytes())
-            .map_err(|_| ApiError::invalid("the original method header is not an HTTP method")),
+            .map_err(|_| ApiError::invalid(format!("the {name} header is not an HTTP method"))),
     }
 }
 
@@ -114,14 +115,15 @@ fn warn_untrusted_once(
     headers: &HeaderMap,
 ) {
     static WARNED: AtomicBool = AtomicBool::new(false);
-    let forwarded = headers.contains_key("x-forwarded-for") || headers.contains_key("forwarded");
+    let forwarded = headers.contains_key(limiter.identity().header.name());
     if forwarded
         && !limiter.identity().is_trusted(peer.ip())
         && !WARNED.swap(true, Ordering::Relaxed)
     {
         tracing::warn!(
             peer = %peer.ip(),
-            "forward-auth request carries X-Forwarded-For from a peer not in server.trusted_proxies; \
+            header = limiter.identity().header.name(),
+            "forward-auth request carries the client IP header from a peer not in server.trusted_proxies; \
              the header is ignored and clients are keyed by the proxy's address"
         );
     }

@@ -3,9 +3,11 @@
 //! or forwarded with the rate-limit headers); everything else is forwarded untouched.
 //!
 //! Bodies stream both ways (nothing is buffered); hop-by-hop headers are removed in both
-//! directions (RFC 9110 §7.6.1); `X-Forwarded-For` gets the peer appended and
-//! `X-Forwarded-Proto`/`X-Forwarded-Host` are set; the client's `Host` is passed on.
-//! An unreachable upstream answers 502 with a JSON error.
+//! directions (RFC 9110 §7.6.1); the upstream gets one `X-Forwarded-For` that joins every
+//! line the client sent and appends the peer, and `X-Forwarded-Proto`/`X-Forwarded-Host`;
+//! the client's `Host` is passed on. An unreachable upstream answers 502, one that sends
+//! no response head within `gateway.upstream_timeout` 504, both with a JSON error that
+//! names no upstream address (the log does).
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -20,9 +22,14 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use tokio::net::TcpSocket;
 
+use std::sync::Arc;
+
+use tokio::sync::Semaphore;
+
 use sluicegate_middleware::LeaseBody;
 
 use crate::api::ApiError;
+use crate::config::ConnectionLimits;
 use crate::state::AppState;
 
 /// How long connecting to the upstream may take before the gateway answers 502.
@@ -101,7 +108,11 @@ pub async fn start(
 ) -> Result<impl std::future::Future<Output = Result<(), String>> + Send + 'static, String> {
     let mut ready = Vec::new();
     let mut done = Vec::new();
+    // One connection budget for the listener, whichever worker accepts.
+    let limits = state.runtime().config.server.connections;
+    let permits = crate::conn::permits(&limits);
     for (i, socket) in listeners.sockets.into_iter().enumerate() {
+        let permits = std::sync::Arc::clone(&permits);
         let (ready_tx, ready_rx) = tokio::sync::oneshot::channel::<Result<(), String>>();
         let (done_tx, done_rx) = tokio::sync::oneshot::channel::<Result<(), String>>();
         let state = state.clone();
@@ -113,7 +124,9 @@ pub async fn start(
                     .enable_all()
                     .build()
                     .map_err(|e| format!("gateway runtime: {e}"))
-                    .and_then(|rt| rt.block_on(worker(socket, state, stop, ready_tx)));
+                    .and_then(|rt| {
+                        rt.block_on(worker(socket, state, (limits, permits), stop, ready_tx))
+                    });
                 let _ = done_tx.send(result);
             })
             .map_err(|e| format!("gateway thread: {e}"))?;
@@ -136,6 +149,7 @@ pub async fn start(
 async fn worker(
     socket: TcpSocket,
     state: AppState,
+    (limits, permits): (ConnectionLimits, Arc<Semaphore>),
     stop: tokio::sync::watch::Receiver<bool>,
     ready: tokio::sync::oneshot::Sender<Result<(), String>>,
 ) -> Result<(), String> {
@@ -156,13 +170,7 @@ async fn worker(
     let app = Router::new()
         .fallback(proxy)
         .with_state(Gateway { state, client });
-    axum::serve(
-        listener,
-        app.into_make_service_with_connect_info::<SocketAddr>(),
-    )
-    .with_graceful_shutdown(crate::serve::stopped(stop))
-    .await
-    .map_err(|e| format!("gateway: {e}"))
+    crate::conn::serve(listener, app, limits, permits, stop).await
 }
 
 async fn proxy(
@@ -171,8 +179,13 @@ async fn proxy(
     request: Request,
 ) -> Response {
     let runtime = gateway.state.runtime();
-    let Some(upstream) = runtime.config.gateway.as_ref().map(|g| g.upstream.clone()) else {
-        return bad_gateway("no upstream configured");
+    let Some((upstream, upstream_timeout)) = runtime
+        .config
+        .gateway
+        .as_ref()
+        .map(|g| (g.upstream.clone(), g.upstream_timeout))
+    else {
+        return bad_gateway();
     };
     let decision = runtime
         .limiter
@@ -204,11 +217,21 @@ async fn proxy(
     // The client speaks HTTP/1.1 or 2 to us; the upstream connection is HTTP/1.1.
     parts.version = axum::http::Version::HTTP_11;
     let upstream_request = axum::http::Request::from_parts(parts, body);
-    let response = match gateway.client.request(upstream_request).await {
-        Ok(response) => response,
-        Err(e) => {
+    let sent = tokio::time::timeout(upstream_timeout, gateway.client.request(upstream_request));
+    let response = match sent.await {
+        Ok(Ok(response)) => response,
+        Ok(Err(e)) => {
             tracing::warn!(upstream = %upstream, error = %e, "upstream request failed");
-            return bad_gateway(&format!("the upstream {upstream} did not answer: {e}"));
+            return bad_gateway();
+        }
+        Err(_) => {
+            tracing::warn!(upstream = %upstream, timeout = ?upstream_timeout, "upstream sent no response head in time");
+            return ApiError::new(
+                StatusCode::GATEWAY_TIMEOUT,
+                "gateway_timeout",
+                "the upstream did not answer in time",
+            )
+            .into_response();
         }
     };
     let (mut parts, body) = response.into_parts();
@@ -263,14 +286,25 @@ fn strip_hop_by_hop(headers: &mut HeaderMap) {
     }
 }
 
+/// One `X-Forwarded-For`: every line the client sent, in order, then the peer. A proxy that
+/// kept only the first (or last) line would let a client hide entries from the upstream.
 fn forwarded_headers(headers: &mut HeaderMap, peer: SocketAddr, host: Option<HeaderValue>) {
-    let ip = peer.ip().to_string();
-    let xff = match headers.get("x-forwarded-for").and_then(|v| v.to_str().ok()) {
-        Some(previous) if !previous.trim().is_empty() => format!("{previous}, {ip}"),
-        _ => ip,
-    };
-    if let Ok(value) = HeaderValue::from_str(&xff) {
-        headers.insert("x-forwarded-for", value);
+    let mut xff: Vec<u8> = Vec::new();
+    for line in headers.get_all("x-forwarded-for") {
+        let line = line.as_bytes().trim_ascii();
+        if !line.is_empty() {
+            xff.extend_from_slice(line);
+            xff.extend_from_slice(b", ");
+        }
+    }
+    xff.extend_from_slice(peer.ip().to_string().as_bytes());
+    match HeaderValue::from_bytes(&xff) {
+        Ok(value) => {
+            headers.insert("x-forwarded-for", value);
+        }
+        Err(_) => {
+            headers.remove("x-forwarded-for");
+        }
     }
     headers.insert("x-forwarded-proto", HeaderValue::from_static("http"));
     if let Some(host) = host {
@@ -278,8 +312,13 @@ fn forwarded_headers(headers: &mut HeaderMap, peer: SocketAddr, host: Option<Hea
     }
 }
 
-fn bad_gateway(message: &str) -> Response {
-    ApiError::new(StatusCode::BAD_GATEWAY, "bad_gateway", message).into_response()
+fn bad_gateway() -> Response {
+    ApiError::new(
+        StatusCode::BAD_GATEWAY,
+        "bad_gateway",
+        "the upstream did not answer",
+    )
+    .into_response()
 }
 
 #[cfg(test)]
@@ -325,5 +364,16 @@ mod tests {
         h.insert("x-forwarded-for", HeaderValue::from_static("203.0.113.9"));
         forwarded_headers(&mut h, "192.0.2.1:5000".parse().unwrap(), None);
         assert_eq!(h["x-forwarded-for"], "203.0.113.9, 192.0.2.1");
+        // Every line, in order, then the peer: one header.
+        let mut h = HeaderMap::new();
+        h.append(
+            "x-forwarded-for",
+            HeaderValue::from_static("1.1.1.1, 2.2.2.2"),
+        );
+        h.append("x-forwarded-for", HeaderValue::from_static(" "));
+        h.append("x-forwarded-for", HeaderValue::from_static("3.3.3.3"));
+        forwarded_headers(&mut h, "192.0.2.1:5000".parse().unwrap(), None);
+        assert_eq!(h.get_all("x-forwarded-for").iter().count(), 1);
+        assert_eq!(h["x-forwarded-for"], "1.1.1.1, 2.2.2.2, 3.3.3.3, 192.0.2.1");
     }
 }

@@ -20,6 +20,7 @@ pub mod api;
 pub mod app;
 pub mod cli;
 pub mod config;
+pub mod conn;
 pub mod envoy;
 pub mod forward_auth;
 pub mod gateway;

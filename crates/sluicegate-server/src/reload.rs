@@ -6,6 +6,10 @@
 //!
 //! A valid new file is applied atomically; limits whose policy is unchanged keep their state.
 //! An invalid one is logged with every error and the running configuration stays.
+//!
+//! The same watcher serves the `[envoy]` YAML files: their directories are watched too, and
+//! when the TOML did not change, every event and poll asks
+//! [`AppState::reload_envoy`], which recompiles only when a file's content changed.
 
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::path::{Path, PathBuf};
@@ -23,6 +27,16 @@ pub const POLL_INTERVAL: Duration = Duration::from_secs(2);
 /// Events within this window are handled as one (editors write in several steps).
 const DEBOUNCE: Duration = Duration::from_millis(100);
 
+/// A file is applied only once two reads this far apart agree (same content hash, same
+/// modification time) and it was last modified at least this long ago: a writer still at
+/// work changes one of them. A half-written file is often valid TOML (it ends after a
+/// complete table) and would silently drop the policies not yet written.
+pub const STABLE_AFTER: Duration = Duration::from_millis(150);
+
+/// Attempts at a stable read per wake-up; a file still changing after these waits for the
+/// next event or poll.
+const STABLE_TRIES: usize = 20;
+
 /// Starts watching `path`; runs until `stop` turns true.
 /// `loaded` is the hash of the text the running configuration came from.
 pub fn spawn(
@@ -34,7 +48,10 @@ pub fn spawn(
 ) {
     // The watch is set up before returning, so no change after start-up is missed.
     let (tx, rx) = mpsc::channel::<()>(1);
-    let watcher = watch_dir(&path, tx);
+    let mut watcher = watch_dir(&path, tx);
+    if let Some(watcher) = &mut watcher {
+        watch_envoy_files(watcher, &state);
+    }
     tokio::spawn(watch_loop(
         path, loaded, watcher, rx, overrides, state, stop,
     ));
@@ -66,12 +83,17 @@ async fn watch_loop(
             }
             _ = poll.tick() => {}
         }
-        let Some(text) = read(&path) else {
-            // Mid-swap, or deleted: keep running on the current config.
+        let Some(text) = read_stable(&path).await else {
+            // Mid-swap, deleted, or still being written: keep running on the current config.
             continue;
         };
         let h = hash(&text);
         if last == Some(h) {
+            match state.reload_envoy() {
+                Ok(true) => tracing::info!("[envoy] rules reloaded"),
+                Ok(false) => {}
+                Err(errors) => crate::state::log_envoy_errors(&errors),
+            }
             continue;
         }
         last = Some(h);
@@ -161,8 +183,58 @@ fn watch_dir(path: &Path, tx: mpsc::Sender<()>) -> Option<notify::RecommendedWat
     Some(watcher)
 }
 
-fn read(path: &Path) -> Option<String> {
-    std::fs::read_to_string(path).ok()
+/// Adds the directories of the `[envoy]` YAML files (and the configured directory itself)
+/// to `watcher`. A path configured later by a reload is seen by the periodic re-read.
+fn watch_envoy_files(watcher: &mut notify::RecommendedWatcher, state: &AppState) {
+    let runtime = state.runtime();
+    let Some(section) = &runtime.config.envoy else {
+        return;
+    };
+    let Some(path) = sluicegate_envoy::files::config_path(section, Path::new("")) else {
+        return;
+    };
+    let dir = if path.is_dir() {
+        path.clone()
+    } else {
+        path.parent().map(Path::to_owned).unwrap_or_default()
+    };
+    if !dir.as_os_str().is_empty() {
+        let _ = watcher.watch(&dir, RecursiveMode::NonRecursive);
+    }
+    for file in state.envoy.get().files() {
+        if let Ok(target) = std::fs::canonicalize(file)
+            && let Some(target_dir) = target.parent()
+        {
+            let _ = watcher.watch(target_dir, RecursiveMode::NonRecursive);
+        }
+    }
+}
+
+/// The file's text and modification time.
+fn read(path: &Path) -> Option<(String, Option<std::time::SystemTime>)> {
+    let text = std::fs::read_to_string(path).ok()?;
+    let modified = std::fs::metadata(path).and_then(|m| m.modified()).ok();
+    Some((text, modified))
+}
+
+/// The file's text once it has stopped changing (see [`STABLE_AFTER`]), or `None` if it
+/// cannot be read or is still changing after [`STABLE_TRIES`] attempts.
+async fn read_stable(path: &Path) -> Option<String> {
+    let mut first = read(path)?;
+    for _ in 0..STABLE_TRIES {
+        tokio::time::sleep(STABLE_AFTER).await;
+        let second = read(path)?;
+        let settled = |m: Option<std::time::SystemTime>| {
+            m.and_then(|m| m.elapsed().ok())
+                .is_none_or(|age| age >= STABLE_AFTER)
+        };
+        if hash(&first.0) == hash(&second.0) && first.1 == second.1 && settled(second.1) {
+            return Some(second.0);
+        }
+        first = second;
+    }
+    tracing::warn!(path = %path.display(), "configuration file still changing; not reloaded yet");
+    None
 }
 
 /// The content hash that tells a real change from a touch.

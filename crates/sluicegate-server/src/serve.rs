@@ -62,6 +62,7 @@ async fn serve(
     overrides: Overrides,
 ) -> Result<(), String> {
     crate::metrics::install();
+    crate::metrics::spawn_upkeep();
     let opened = crate::store::open(&config.store).await?;
     // The dashboard sees every verdict next to the metrics, and probes the same store.
     let dashboard = Arc::new(sluicegate_dashboard::DashboardObserver::default());
@@ -88,15 +89,15 @@ async fn serve(
     let app = crate::app::router(state.clone()).merge(sluicegate_dashboard::router(
         sluicegate_dashboard::Dashboard::new(dashboard).with_probe(Arc::clone(&state.store)),
     ));
-    tasks.spawn({
-        let stop = stopped(stop_rx.clone());
-        async move {
-            axum::serve(api, app.into_make_service_with_connect_info::<SocketAddr>())
-                .with_graceful_shutdown(stop)
-                .await
-                .map_err(|e| format!("API server: {e}"))
-        }
-    });
+    let app = crate::app::guard(app, state.clone());
+    let limits = config.server.connections;
+    tasks.spawn(crate::conn::serve(
+        api,
+        app,
+        limits,
+        crate::conn::permits(&limits),
+        stop_rx.clone(),
+    ));
     if let Some((listeners, gateway)) = gateway {
         println!(
             "  gateway http://{} -> {}",

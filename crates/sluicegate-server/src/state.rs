@@ -7,7 +7,9 @@ use std::sync::Arc;
 
 use arc_swap::ArcSwap;
 use sluicegate_core::{Decider, MemoryStore, Policy, Store, VerdictObserver};
-use sluicegate_middleware::{AccessList, ClientIdentity, HeaderSet, RateLimiter, RouteTable};
+use sluicegate_middleware::{
+    AccessList, ClientIdentity, HeaderSet, RateLimiter, RouteTable, WaitQueue,
+};
 
 use crate::config::Config;
 
@@ -24,8 +26,13 @@ pub struct Runtime {
 }
 
 impl Runtime {
-    /// Prepares a configuration deciding through `decider`.
-    pub fn new(config: Config, decider: Decider) -> Result<Self, String> {
+    /// Prepares a configuration deciding through `decider`; delayed requests wait in
+    /// `wait_queue` (shared across reloads).
+    pub fn new(
+        config: Config,
+        decider: Decider,
+        wait_queue: &Arc<WaitQueue>,
+    ) -> Result<Self, String> {
         let by_name: HashMap<String, Arc<Policy>> = config
             .policies
             .iter()
@@ -36,11 +43,14 @@ impl Runtime {
         let identity = ClientIdentity::new(
             config.server.trusted_proxies.clone(),
             config.server.ipv6_prefix,
-        );
+        )
+        .with_header(config.server.client_ip_header);
         let header_sets = config.server.headers.clone();
+        wait_queue.set_max(config.server.max_waiting);
         let access = AccessList::new(config.server.allow.clone(), config.server.deny.clone());
-        let limiter =
-            RateLimiter::new(decider, routes, identity, header_sets.clone()).with_access(access);
+        let limiter = RateLimiter::new(decider, routes, identity, header_sets.clone())
+            .with_access(access)
+            .with_wait_queue(Arc::clone(wait_queue));
         Ok(Runtime {
             config,
             header_sets,
@@ -55,6 +65,14 @@ impl Runtime {
     }
 }
 
+/// Logs every error of an `[envoy]` recompilation that did not apply.
+pub fn log_envoy_errors(errors: &str) {
+    for line in errors.lines() {
+        tracing::error!("{line}");
+    }
+    tracing::error!("[envoy] rules not reloaded; the running rules stay");
+}
+
 /// Shared by every handler and listener; cheap to clone.
 #[derive(Clone)]
 pub struct AppState {
@@ -67,8 +85,12 @@ pub struct AppState {
     pub observer: Arc<dyn VerdictObserver>,
     /// The store with its observer: the one decision path of every endpoint.
     pub decider: Decider,
-    /// The compiled Envoy rules (`[envoy]`), swapped by `crate::envoy` on changes.
+    /// The compiled Envoy rules (`[envoy]`), swapped by [`AppState::reload_envoy`].
     pub envoy: sluicegate_envoy::SharedConfig,
+    /// The fingerprint of what the running Envoy rules were compiled from.
+    envoy_print: Arc<std::sync::Mutex<Option<u64>>>,
+    /// Delayed requests waiting at once (`server.max_waiting`), across reloads.
+    pub wait_queue: Arc<WaitQueue>,
 }
 
 impl AppState {
@@ -80,15 +102,22 @@ impl AppState {
         observer: Arc<dyn VerdictObserver>,
     ) -> Result<Self, String> {
         let decider = Decider::new(Arc::clone(&store)).with_observer(Arc::clone(&observer));
-        let runtime = Runtime::new(config, decider.clone())?;
-        Ok(AppState {
+        let wait_queue = WaitQueue::new(config.server.max_waiting);
+        let runtime = Runtime::new(config, decider.clone(), &wait_queue)?;
+        let state = AppState {
+            wait_queue,
             runtime: Arc::new(ArcSwap::from_pointee(runtime)),
             store,
             memory,
             observer,
             decider,
             envoy: sluicegate_envoy::SharedConfig::default(),
-        })
+            envoy_print: Arc::default(),
+        };
+        state
+            .reload_envoy()
+            .map_err(|errors| format!("[envoy]: {errors}"))?;
+        Ok(state)
     }
 
     /// The current configuration snapshot.
@@ -99,10 +128,38 @@ impl AppState {
     /// Installs a new configuration. Unchanged policies keep their state (the memory store
     /// keys its tables by the policy's full definition); removed or changed ones are dropped.
     pub fn apply(&self, config: Config) -> Result<(), String> {
-        let runtime = Runtime::new(config, self.decider.clone())?;
+        let runtime = Runtime::new(config, self.decider.clone(), &self.wait_queue)?;
         self.runtime.store(Arc::new(runtime));
+        // The TOML was validated with its [envoy] files; a file edited since is caught here.
+        if let Err(errors) = self.reload_envoy() {
+            log_envoy_errors(&errors);
+        }
         self.prune();
         Ok(())
+    }
+
+    /// Recompiles the `[envoy]` rules when what they are made of (the running `[envoy]`
+    /// section, the policies, the YAML files' contents) changed, and swaps them in. Returns
+    /// whether they changed; on errors the running rules stay. Called at start, after a
+    /// TOML reload, and by the reload watcher when a YAML file changes.
+    pub fn reload_envoy(&self) -> Result<bool, String> {
+        let runtime = self.runtime();
+        let section = runtime.config.envoy.clone().unwrap_or_default();
+        let policies = &runtime.config.policies;
+        let base = std::path::Path::new("");
+        let print = sluicegate_envoy::files::fingerprint(&section, policies, base);
+        let mut last = self.envoy_print.lock().unwrap_or_else(|e| e.into_inner());
+        if *last == Some(print) {
+            return Ok(false);
+        }
+        // Remembered before compiling, so an invalid edit is reported once, not every poll.
+        *last = Some(print);
+        let compiled = sluicegate_envoy::EnvoyConfig::load(&section, policies, base)
+            .map_err(|errors| errors.to_string())?;
+        self.envoy.replace(compiled);
+        drop(last);
+        self.prune();
+        Ok(true)
     }
 
     /// Drops the memory store's state of policies no longer configured, keeping those
@@ -110,7 +167,7 @@ impl AppState {
     pub fn prune(&self) {
         if let Some(memory) = &self.memory {
             let mut keep = self.runtime().config.policies.clone();
-            keep.extend(self.envoy.get().policies().iter().cloned());
+            keep.extend(self.envoy.policies());
             memory.retain_policies(&keep);
         }
     }

@@ -2,8 +2,9 @@
 //! richer keys, allow/deny lists (and their metrics).
 
 use std::net::IpAddr;
+use std::process::Command;
 
-use sluicegate_testkit::{RedisServer, Sluicegate, sluicegate_bin, write};
+use sluicegate_testkit::{RedisServer, Sluicegate, eventually, program, sluicegate_bin, write};
 
 fn store_section(redis_port: Option<u16>) -> String {
     match redis_port {
@@ -111,4 +112,238 @@ async fn keys_and_access_lists_on_redis() {
         return;
     };
     keys_and_lists(Some(redis.port)).await;
+}
+
+async fn api_check(
+    client: &reqwest::Client,
+    server: &Sluicegate,
+    policy: &str,
+) -> serde_json::Value {
+    client
+        .post(server.url("/v1/check"))
+        .json(&serde_json::json!({"policy": policy, "key": "customer-1", "cost": 1}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap()
+}
+
+fn penalty_config(redis_port: Option<u16>, on_store_error: &str, mode: &str) -> String {
+    format!(
+        r#"
+{}
+[[policies]]
+name = "daily"
+algorithm = "fixed_window"
+limit = 2
+period = "1d"
+on_store_error = "{on_store_error}"
+mode = "{mode}"
+
+[[policies]]
+name = "strict"
+algorithm = "token_bucket"
+limit = 1
+period = "1h"
+penalty = "3h"
+
+[[policies]]
+name = "watch"
+algorithm = "token_bucket"
+limit = 1
+period = "1h"
+penalty = "3h"
+mode = "shadow"
+"#,
+        store_section(redis_port)
+    )
+}
+
+/// A penalty outlasts the bucket's own wait (3 h against at most 1 h), in reject and in
+/// shadow mode; a reload that changes only on_store_error or the mode keeps the daily count.
+async fn penalties_and_reload(redis_port: Option<u16>) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write(
+        dir.path(),
+        "p.toml",
+        &penalty_config(redis_port, "allow", "reject"),
+    );
+    let server = Sluicegate::start(sluicegate_bin!(), &["--config", path.to_str().unwrap()]);
+    let client = reqwest::Client::new();
+
+    assert_eq!(api_check(&client, &server, "strict").await["allowed"], true);
+    let denied = api_check(&client, &server, "strict").await;
+    assert_eq!(denied["allowed"], false);
+    let retry = denied["retry_after_ms"].as_u64().unwrap();
+    assert!(
+        retry > 3 * 3_600_000 - 60_000,
+        "penalty in retry_after: {denied}"
+    );
+
+    assert_eq!(api_check(&client, &server, "watch").await["allowed"], true);
+    let shadow = api_check(&client, &server, "watch").await;
+    assert_eq!(shadow["allowed"], true, "shadow never enforces: {shadow}");
+    let metrics = client
+        .get(server.url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains(r#"sluicegate_decisions_total{policy="watch",outcome="shadow_denied"} 1"#),
+        "{metrics}"
+    );
+
+    // The daily quota used up, then a reload that changes how it fails, not how it counts.
+    for _ in 0..2 {
+        assert_eq!(api_check(&client, &server, "daily").await["allowed"], true);
+    }
+    assert_eq!(api_check(&client, &server, "daily").await["allowed"], false);
+    std::fs::write(&path, penalty_config(redis_port, "deny", "reject")).unwrap();
+    eventually("on_store_error = deny applied", || async {
+        let v: serde_json::Value = client
+            .get(server.url("/v1/policies"))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        v.to_string().contains(r#""on_store_error":"deny""#)
+    })
+    .await;
+    let after = api_check(&client, &server, "daily").await;
+    assert_eq!(
+        after["allowed"], false,
+        "a reload handed out quota: {after}"
+    );
+    assert_eq!(after["remaining"], 0);
+    // The penalty survived the reload too.
+    assert_eq!(
+        api_check(&client, &server, "strict").await["allowed"],
+        false
+    );
+}
+
+#[tokio::test]
+async fn penalties_and_reload_on_memory() {
+    penalties_and_reload(None).await;
+}
+
+#[tokio::test]
+async fn penalties_and_reload_on_redis() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    penalties_and_reload(Some(redis.port)).await;
+}
+
+/// The current month in Europe/Berlin as Python's zoneinfo sees it: (start, end) in Unix
+/// seconds. `None` (test skipped) without python3 outside CI.
+fn berlin_month() -> Option<(u64, u64)> {
+    const SCRIPT: &str = r#"
+from datetime import datetime
+from zoneinfo import ZoneInfo
+tz = ZoneInfo("Europe/Berlin")
+now = datetime.now(tz)
+start = datetime(now.year, now.month, 1, tzinfo=tz)
+end = datetime(now.year + now.month // 12, now.month % 12 + 1, 1, tzinfo=tz)
+print(int(start.timestamp()), int(end.timestamp()))
+"#;
+    let python = program("python3")?;
+    let out = Command::new(python).args(["-c", SCRIPT]).output().unwrap();
+    let text = String::from_utf8(out.stdout).unwrap();
+    let (a, b) = text.trim().split_once(' ').unwrap();
+    Some((a.parse().unwrap(), b.parse().unwrap()))
+}
+
+/// A monthly quota in Berlin: X-RateLimit-Reset is the next local first-of-month midnight,
+/// RateLimit-Policy's w this month's real length, reset_after the time until then.
+async fn calendar_month(redis_port: Option<u16>) {
+    let Some((start, end)) = berlin_month() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let config = format!(
+        r#"
+[server]
+headers = ["legacy", "ietf"]
+
+{}
+[[policies]]
+name = "monthly"
+algorithm = "fixed_window"
+limit = 3
+calendar = "month"
+timezone = "Europe/Berlin"
+"#,
+        store_section(redis_port)
+    );
+    let path = write(dir.path(), "cal.toml", &config);
+    let server = Sluicegate::start(sluicegate_bin!(), &["--config", path.to_str().unwrap()]);
+    let client = reqwest::Client::new();
+    let response = client
+        .post(server.url("/v1/check"))
+        .json(&serde_json::json!({"policy": "monthly", "key": "c", "cost": 1}))
+        .send()
+        .await
+        .unwrap();
+    let headers = response.headers().clone();
+    let body: serde_json::Value = response.json().await.unwrap();
+    assert_eq!(body["remaining"], 2, "{body}");
+    if (start..end).contains(&(body["reset_after_ms"].as_u64().unwrap() / 1000)) {
+        panic!("reset_after is a duration, not an instant: {body}");
+    }
+    // Unix seconds, rounded up from the time the header is written (a moment after the
+    // decision): the boundary itself, or one second over it.
+    let reset_at: u64 = headers["x-ratelimit-reset"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(
+        (end..=end + 1).contains(&reset_at),
+        "{reset_at} against {end}"
+    );
+    assert_eq!(
+        headers["ratelimit-policy"],
+        format!(r#""monthly";q=3;w={}"#, end - start).as_str()
+    );
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let reset = body["reset_after_ms"].as_u64().unwrap() / 1000;
+    assert!(
+        reset.abs_diff(end - now) <= 60,
+        "{reset} s against {} s",
+        end - now
+    );
+    let policies: serde_json::Value = client
+        .get(server.url("/v1/policies"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(policies["policies"][0]["calendar"], "month");
+    assert_eq!(policies["policies"][0]["timezone"], "Europe/Berlin");
+}
+
+#[tokio::test]
+async fn calendar_month_on_memory() {
+    calendar_month(None).await;
+}
+
+#[tokio::test]
+async fn calendar_month_on_redis() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    calendar_month(Some(redis.port)).await;
 }

@@ -127,3 +127,47 @@ fn swap(dir: &Path, target: &str) {
     std::os::unix::fs::symlink(target, &tmp).unwrap();
     std::fs::rename(&tmp, dir.join("..data")).unwrap();
 }
+
+/// A file caught half-written is never applied: a slow writer (chunks 15 ms apart) leaves
+/// many prefixes that are valid TOML and would drop `kept`; none of them may reach the
+/// running configuration, and the finished file does.
+#[tokio::test]
+async fn a_half_written_file_is_never_applied() {
+    use std::io::Write;
+    let dir = tempfile::tempdir().unwrap();
+    let path = write(dir.path(), "sluicegate.toml", &config(2));
+    let server = Sluicegate::start(sluicegate_bin!(), &["--config", path.to_str().unwrap()]);
+    let client = Client::new();
+    assert_eq!(limit_of(&client, &server, "kept").await, Some(10));
+
+    let text = config(9).replacen("name = \"kept\"", "name = \"kept\"\n# padding", 1)
+        + "\n[[policies]]\nname = \"extra\"\nalgorithm = \"gcra\"\nlimit = 1\nperiod = \"1s\"\n";
+    let writer = {
+        let path = path.clone();
+        std::thread::spawn(move || {
+            let mut file = std::fs::File::create(&path).unwrap();
+            for chunk in text.as_bytes().chunks(8) {
+                file.write_all(chunk).unwrap();
+                file.flush().unwrap();
+                std::thread::sleep(std::time::Duration::from_millis(15));
+            }
+        })
+    };
+    let mut seen_without_kept = false;
+    while !writer.is_finished() {
+        if limit_of(&client, &server, "kept").await.is_none() {
+            seen_without_kept = true;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    writer.join().unwrap();
+    eventually("the finished file applied", || async {
+        limit_of(&client, &server, "extra").await == Some(1)
+    })
+    .await;
+    assert!(!seen_without_kept, "a half-written file was applied");
+    assert_eq!(limit_of(&client, &server, "changing").await, Some(9));
+    assert_eq!(limit_of(&client, &server, "kept").await, Some(10));
+    let log = server.log();
+    assert!(!log.contains("configuration not reloaded"), "{log}");
+}

@@ -1,17 +1,15 @@
 //! SIGTERM drains requests in flight before the process exits 0.
 
-use std::time::Duration;
-
-use sluicegate_testkit::{Sluicegate, sluicegate_bin, write};
+use sluicegate_testkit::{Sluicegate, eventually, sluicegate_bin, write};
 
 const CONFIG: &str = r#"
 [[policies]]
 name = "slow"
 algorithm = "gcra"
 limit = 1
-period = "1s"
+period = "5s"
 mode = "delay"
-max_delay = "5s"
+max_delay = "10s"
 
 [[routes]]
 path = "/"
@@ -33,12 +31,18 @@ async fn a_request_waiting_for_its_slot_is_answered_before_exit() {
         .await
         .unwrap();
     assert_eq!(first.status(), 200);
-    // The second request's slot is a second away: it waits inside the server.
+    // The second request's slot is five seconds away: it waits inside the server.
     let waiting = tokio::spawn({
         let client = client.clone();
         async move { client.get(&url).header("x-original-uri", "/a").send().await }
     });
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    let metrics = server.url("/metrics");
+    eventually("the second request is delayed", || async {
+        let text = reqwest::get(&metrics).await.unwrap().text().await.unwrap();
+        text.contains(r#"sluicegate_decisions_total{policy="slow",outcome="delayed"} 1"#)
+    })
+    .await;
+    // SIGTERM comes while it waits (its slot is seconds away), so only draining answers it.
     assert!(
         !waiting.is_finished(),
         "the delayed request should still be waiting"

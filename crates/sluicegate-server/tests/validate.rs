@@ -144,3 +144,96 @@ fn valid_files_pass_and_serve_refuses_invalid_ones() {
         "{stderr}"
     );
 }
+
+/// A policy the configured store cannot decide exactly, and a period beyond the maximum,
+/// are refused by `validate` and by `serve` (which does not start), with the reason.
+#[test]
+fn what_the_store_cannot_decide_exactly_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let redis = r#"[store]
+backend = "redis"
+url = "redis://127.0.0.1:1/0"
+
+[[policies]]
+name = "monthly"
+algorithm = "token_bucket"
+limit = 7
+period = "30d"
+burst = 1000
+
+[[policies]]
+name = "fine"
+algorithm = "token_bucket"
+limit = 1000000
+period = "1d"
+"#;
+    let path = write(dir.path(), "redis.toml", redis);
+    let out = Command::new(sluicegate_bin!())
+        .args(["validate", "--config"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert!(
+        stderr.contains(&format!("{}:6:8: error: ", path.display()))
+            && stderr.contains("\"monthly\" is outside the Redis store's exact range"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("\"fine\""), "{stderr}");
+    let serve = Command::new(sluicegate_bin!())
+        .args(["serve", "--listen", "127.0.0.1:0", "--config"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert_eq!(serve.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&serve.stderr).contains("exact range"),
+        "{serve:?}"
+    );
+
+    // The same policy is exact in memory; `--redis` switches the store and refuses it.
+    let memory = redis.replace("backend = \"redis\"\nurl = \"redis://127.0.0.1:1/0\"\n", "");
+    let path = write(dir.path(), "memory.toml", &memory);
+    let ok = Command::new(sluicegate_bin!())
+        .args(["validate", "--config"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert_eq!(ok.status.code(), Some(0), "{ok:?}");
+    let serve = Command::new(sluicegate_bin!())
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--redis",
+            "redis://127.0.0.1:1/0",
+            "--config",
+        ])
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert_eq!(serve.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&serve.stderr).contains("exact range"),
+        "{serve:?}"
+    );
+
+    // Periods: at most 3660 days.
+    let long = memory.replace("period = \"30d\"", "period = \"3661d\"");
+    let path = write(dir.path(), "long.toml", &long);
+    let out = Command::new(sluicegate_bin!())
+        .args(["validate", "--config"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert!(
+        stderr.contains(&format!(
+            "{}:7:10: error: period must be at most 3660d",
+            path.display()
+        )),
+        "{stderr}"
+    );
+}

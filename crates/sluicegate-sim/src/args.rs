@@ -233,6 +233,9 @@ impl SimulateArgs {
                     max_delay: None,
                     on_store_error: Default::default(),
                     lease: None,
+                    penalty: None,
+                    calendar: None,
+                    timezone: None,
                 }]
             }
         };

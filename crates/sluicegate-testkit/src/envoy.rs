@@ -151,6 +151,27 @@ pub fn rate_limited_bootstrap(
     ratelimit: SocketAddr,
     domain: &str,
 ) -> String {
+    bootstrap_many(admin, open, closed, upstream, &[ratelimit], domain)
+}
+
+/// [`bootstrap`] with several rate limit service instances, balanced round robin.
+pub fn bootstrap_many(
+    admin: u16,
+    open: u16,
+    closed: u16,
+    upstream: SocketAddr,
+    ratelimit: &[SocketAddr],
+    domain: &str,
+) -> String {
+    let endpoints: String = ratelimit
+        .iter()
+        .map(|addr| {
+            format!(
+                "\n        - endpoint: {{ address: {{ socket_address: {{ address: 127.0.0.1, port_value: {} }} }} }}",
+                addr.port()
+            )
+        })
+        .collect();
     let listener = |name: &str, port: u16, deny: bool| {
         format!(
             r#"
@@ -218,12 +239,10 @@ static_resources:
     load_assignment:
       cluster_name: sluicegate
       endpoints:
-      - lb_endpoints:
-        - endpoint: {{ address: {{ socket_address: {{ address: 127.0.0.1, port_value: {rl_port} }} }} }}
+      - lb_endpoints:{endpoints}
 "#,
         open_listener = listener("open", open, false),
         closed_listener = listener("closed", closed, true),
         up_port = upstream.port(),
-        rl_port = ratelimit.port(),
     )
 }

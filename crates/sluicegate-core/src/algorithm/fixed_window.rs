@@ -1,22 +1,27 @@
 //! Fixed window: a counter per window, windows aligned to multiples of `period` since the
-//! Unix epoch. Cheapest and simplest; its known weakness is the boundary: `limit` at the end
-//! of one window and `limit` at the start of the next admit `2 × limit` within one period.
+//! Unix epoch, or calendar windows (days, weeks, months, years in a time zone, see
+//! [`crate::calendar`]). Cheapest and simplest; its known weakness is the boundary: `limit`
+//! at the end of one window and `limit` at the start of the next admit `2 × limit` within
+//! one period.
 
 use super::{Algorithm, Quota};
+use crate::calendar::Calendar;
 use crate::clock::Micros;
 use crate::decision::Decision;
 
 /// The fixed-window counter.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FixedWindow {
     limit: u64,
     period: Micros,
+    calendar: Option<Calendar>,
 }
 
 /// A key's count in its latest window.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct FixedWindowState {
-    /// Index of the window the count belongs to (`now / period`).
+    /// Which window the count belongs to: its index (`now / period`), or for calendar
+    /// windows the instant it ends (µs), which is as unique and tells when the state expires.
     pub window: u64,
     /// Cost admitted in that window.
     pub count: u64,
@@ -25,7 +30,30 @@ pub struct FixedWindowState {
 impl FixedWindow {
     /// `limit` requests per aligned window of `period` µs.
     pub fn new(limit: u64, period: Micros) -> Self {
-        FixedWindow { limit, period }
+        FixedWindow {
+            limit,
+            period,
+            calendar: None,
+        }
+    }
+
+    /// `limit` requests per calendar window.
+    pub fn calendar(limit: u64, calendar: Calendar) -> Self {
+        FixedWindow {
+            limit,
+            period: calendar.unit().longest(),
+            calendar: Some(calendar),
+        }
+    }
+
+    /// The window holding `now`: its id (see [`FixedWindowState::window`]) and its end.
+    #[inline]
+    fn window(&self, now: Micros) -> (u64, Micros) {
+        if let Some((_, end)) = self.calendar.as_ref().and_then(|c| c.window(now)) {
+            return (end, end);
+        }
+        let window = now / self.period;
+        (window, (window + 1).saturating_mul(self.period))
     }
 
     fn count_at(&self, state: &FixedWindowState, window: u64) -> u64 {
@@ -39,7 +67,10 @@ impl FixedWindow {
 
 impl From<Quota> for FixedWindow {
     fn from(q: Quota) -> Self {
-        FixedWindow::new(q.limit, q.period)
+        match q.calendar {
+            Some(calendar) => FixedWindow::calendar(q.limit, calendar),
+            None => FixedWindow::new(q.limit, q.period),
+        }
     }
 }
 
@@ -48,8 +79,8 @@ impl Algorithm for FixedWindow {
 
     #[inline]
     fn evaluate(&self, state: &Self::State, now: Micros, cost: u64, _: Option<Micros>) -> Decision {
-        let window = now / self.period;
-        let until_end = (window + 1) * self.period - now;
+        let (window, end) = self.window(now);
+        let until_end = end.saturating_sub(now);
         let count = self.count_at(state, window);
         let used = count.saturating_add(cost);
         if used <= self.limit {
@@ -70,7 +101,7 @@ impl Algorithm for FixedWindow {
         if cost == 0 {
             return;
         }
-        let window = now / self.period;
+        let (window, _) = self.window(now);
         if state.window != window {
             *state = FixedWindowState { window, count: 0 };
         }
@@ -79,7 +110,7 @@ impl Algorithm for FixedWindow {
 
     #[inline]
     fn refund(&self, state: &mut Self::State, now: Micros, cost: u64) {
-        if state.window == now / self.period {
+        if state.window == self.window(now).0 {
             state.count = state.count.saturating_sub(cost);
         }
     }
@@ -88,8 +119,10 @@ impl Algorithm for FixedWindow {
     fn idle_at(&self, state: &Self::State) -> Micros {
         if state.count == 0 {
             0
+        } else if self.calendar.is_some() {
+            state.window
         } else {
-            (state.window + 1) * self.period
+            (state.window + 1).saturating_mul(self.period)
         }
     }
 }

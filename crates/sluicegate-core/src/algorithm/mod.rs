@@ -82,7 +82,7 @@ pub trait Algorithm: Send + Sync + 'static {
 }
 
 /// Parameters shared by every algorithm, taken from a [`Policy`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Quota {
     /// Requests per period.
     pub limit: u64,
@@ -90,6 +90,8 @@ pub struct Quota {
     pub period: Micros,
     /// Bucket capacity.
     pub burst: u64,
+    /// Calendar windows (fixed_window only).
+    pub calendar: Option<crate::calendar::Calendar>,
 }
 
 impl From<&Policy> for Quota {
@@ -98,6 +100,7 @@ impl From<&Policy> for Quota {
             limit: policy.limit(),
             period: policy.period(),
             burst: policy.burst(),
+            calendar: policy.calendar().cloned(),
         }
     }
 }

@@ -1,7 +1,12 @@
 //! Sliding log: the exact answer. Every admitted request is logged with its time and cost;
 //! a request is admitted while the cost logged in `(now - period, now]` plus its own is at
 //! most `limit`. Denied requests are not logged, so a client that keeps retrying recovers.
-//! Memory per key grows with the number of requests in a period (at most `limit` entries).
+//! Memory per key grows with the number of requests in a period (at most `limit` entries,
+//! 16 bytes each).
+//!
+//! Each entry keeps the running total of cost up to and including it (as the Redis script
+//! does), so a decision never walks the log: the first entry still in the window and, on a
+//! denial, the entry whose expiry makes room are found by binary search, O(log n).
 
 use std::collections::VecDeque;
 
@@ -19,10 +24,33 @@ pub struct SlidingLog {
 /// A key's admitted requests, oldest first.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct SlidingLogState {
-    /// `(admitted at, cost)`, in non-decreasing time.
+    /// `(admitted at, running total)` in non-decreasing time: the running total is the
+    /// cost of every entry logged up to and including this one, counted from `base`
+    /// (wrapping: only differences are read).
     pub entries: VecDeque<(Micros, u64)>,
-    /// Sum of the costs in `entries`.
-    pub total: u64,
+    /// The running total before the first entry.
+    pub base: u64,
+}
+
+impl SlidingLogState {
+    /// The running total of the newest entry (`base` when empty).
+    fn last_total(&self) -> u64 {
+        self.entries.back().map_or(self.base, |&(_, t)| t)
+    }
+
+    /// The running total before entry `i`.
+    fn total_before(&self, i: usize) -> u64 {
+        if i == 0 {
+            self.base
+        } else {
+            self.entries[i - 1].1
+        }
+    }
+
+    /// Bytes on the heap.
+    pub fn heap_bytes(&self) -> usize {
+        self.entries.capacity() * std::mem::size_of::<(Micros, u64)>()
+    }
 }
 
 impl SlidingLog {
@@ -35,14 +63,11 @@ impl SlidingLog {
         at.saturating_add(self.period) > now
     }
 
-    /// Cost of entries that have left the window at `now`.
-    fn expired_cost(&self, state: &SlidingLogState, now: Micros) -> u64 {
+    /// The index of the first entry still in the window at `now`.
+    fn first_live(&self, state: &SlidingLogState, now: Micros) -> usize {
         state
             .entries
-            .iter()
-            .take_while(|(at, _)| !self.live(*at, now))
-            .map(|(_, cost)| cost)
-            .sum()
+            .partition_point(|&(at, _)| !self.live(at, now))
     }
 }
 
@@ -57,7 +82,9 @@ impl Algorithm for SlidingLog {
 
     #[inline]
     fn evaluate(&self, state: &Self::State, now: Micros, cost: u64, _: Option<Micros>) -> Decision {
-        let used = state.total - self.expired_cost(state, now);
+        let first = self.first_live(state, now);
+        let start = state.total_before(first);
+        let used = state.last_total().wrapping_sub(start);
         let newest = state.entries.back().map(|(at, _)| *at);
         if used.saturating_add(cost) <= self.limit {
             let reset = if cost > 0 {
@@ -67,16 +94,22 @@ impl Algorithm for SlidingLog {
             };
             return Decision::allow(self.limit, self.limit - used - cost, reset);
         }
-        // Walk the live entries oldest first until enough cost has left the window.
-        let mut still_used = used;
-        let mut retry = self.period;
-        for (at, entry_cost) in state.entries.iter().filter(|(at, _)| self.live(*at, now)) {
-            still_used -= entry_cost;
-            if still_used + cost <= self.limit {
-                retry = at + self.period - now;
-                break;
+        // The oldest live entry whose expiry leaves room: the cost still used after it,
+        // `used - (total - start)`, plus `cost` fits in `limit`.
+        let needed = used + cost - self.limit;
+        let (mut lo, mut hi) = (first, state.entries.len());
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            if state.entries[mid].1.wrapping_sub(start) < needed {
+                lo = mid + 1;
+            } else {
+                hi = mid;
             }
         }
+        let retry = state
+            .entries
+            .get(lo)
+            .map_or(self.period, |(at, _)| at + self.period - now);
         let reset = newest.map_or(0, |at| (at + self.period).saturating_sub(now));
         Decision::deny(self.limit, self.limit.saturating_sub(used), reset, retry)
     }
@@ -86,30 +119,33 @@ impl Algorithm for SlidingLog {
         if cost == 0 {
             return;
         }
-        while let Some(&(at, entry_cost)) = state.entries.front() {
-            if self.live(at, now) {
-                break;
+        let first = self.first_live(state, now);
+        if first > 0 {
+            state.base = state.total_before(first);
+            state.entries.drain(..first);
+            // Give memory back once the log is mostly empty (it is bounded in bytes).
+            if state.entries.capacity() > 4 * state.entries.len().max(4) {
+                state.entries.shrink_to(2 * state.entries.len());
             }
-            state.entries.pop_front();
-            state.total -= entry_cost;
         }
-        // A clock that stepped back must not break the time order the scan relies on.
+        // A clock that stepped back must not break the time order the search relies on.
         let at = state.entries.back().map_or(now, |(last, _)| now.max(*last));
-        state.entries.push_back((at, cost));
-        state.total += cost;
+        let total = state.last_total().wrapping_add(cost);
+        state.entries.push_back((at, total));
     }
 
     #[inline]
     fn refund(&self, state: &mut Self::State, _now: Micros, mut cost: u64) {
         while cost > 0 {
+            let before = state.total_before(state.entries.len().saturating_sub(1));
             let Some(back) = state.entries.back_mut() else {
                 return;
             };
-            let take = back.1.min(cost);
-            back.1 -= take;
-            state.total -= take;
+            let entry_cost = back.1.wrapping_sub(before);
+            let take = entry_cost.min(cost);
+            back.1 = back.1.wrapping_sub(take);
             cost -= take;
-            if back.1 == 0 {
+            if take == entry_cost {
                 state.entries.pop_back();
             }
         }

@@ -13,6 +13,7 @@ use super::DEFAULT_MAX_KEYS;
 use super::fingerprint::KeyHasher;
 use super::raw::RawTable;
 use super::shard::{Padded, SWEEP_STEPS, shard_cap, shard_count};
+use super::typed::EVICTION_SAMPLE;
 
 type Shard<S> = Padded<Mutex<RawTable<S>>>;
 
@@ -98,7 +99,10 @@ impl<A: Algorithm> KeyedLimiter<A> {
                 let decision = alg.evaluate(&A::State::default(), now, cost, self.max_delay);
                 if decision.allowed && cost > 0 {
                     if table.is_full() && !table.drop_expired(now, idle_at) {
-                        table.drop_clock_victim(|_| false, idle_at);
+                        // The state whose loss admits the fewest extra requests goes.
+                        let loss =
+                            |s: &A::State| u64::MAX - alg.evaluate(s, now, 0, None).remaining;
+                        table.drop_cheapest(EVICTION_SAMPLE, loss, |_| false, idle_at);
                     }
                     let i = table.insert(fp);
                     alg.consume(table.state_mut(i), now, cost);

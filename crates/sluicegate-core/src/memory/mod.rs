@@ -23,10 +23,13 @@
 //! room for a new state by evicting one:
 //! 1. an expired state, of any policy in the shard, if there is one: a state whose
 //!    `idle_at <= now` is identical to a fresh key, so evicting it loses nothing;
-//! 2. else the CLOCK (second-chance) victim of the policy with the most states in the
-//!    shard: every hit sets a slot's reference bit, the hand clears bits as it passes and
-//!    evicts the first slot whose bit is already clear, an approximation of
-//!    least-recently-used. The states of the request in progress are never evicted.
+//! 2. else, in the policy with the most states in the shard, the state whose loss admits
+//!    the fewest extra requests among 16 sampled after a moving hand: the one with the most
+//!    `remaining` (a state back to full loses nothing; a client being limited loses the
+//!    most), the one not recently used on a tie. A flood of unique keys, each with one
+//!    request, therefore evicts its own keys and never a client being limited (unless the
+//!    flood keys are spent as far as it is: the attacker then pays a full budget per key).
+//!    The states of the request in progress are never evicted.
 //!
 //! Expired state is also reclaimed without waiting for pressure: every operation moves a
 //! sweep hand over two slots of each table it used, and drops the expired states it finds.
@@ -110,8 +113,10 @@ impl<C: Clock> MemoryStore<C> {
         }
     }
 
-    /// Drops the state of every policy not in `keep` (after a reload). A policy is kept
-    /// only if its whole definition is unchanged; it then keeps its state.
+    /// Drops the state of every policy not in `keep` (after a reload). A policy keeps its
+    /// state when its counting is unchanged (same [`CountingKey`](crate::CountingKey):
+    /// name, algorithm, limit, period, burst), whatever its mode, `max_delay`,
+    /// `on_store_error` or `penalty` became.
     pub fn retain_policies(&self, keep: &[Arc<Policy>]) {
         let dropped = self.registry.retain(keep);
         if dropped.is_empty() {

@@ -6,9 +6,10 @@
 //! - the sweep hand drops expired state (`idle_at <= now`, identical to a fresh key) and
 //!   keeps `min_idle`, a lower bound of every entry's `idle_at`, so that "is anything
 //!   expired here?" is usually answered without looking;
-//! - the clock hand picks the victim when live state must go: CLOCK (second chance), each
-//!   hit sets a slot's reference bit, the hand clears bits as it passes and takes the first
-//!   slot whose bit is already clear: an approximation of least-recently-used.
+//! - the clock hand picks the victim when live state must go: it samples the next few
+//!   entries and takes the one whose loss admits the fewest extra requests (a state back to
+//!   full before a client being limited), the one not recently used on a tie (each hit sets
+//!   a slot's reference bit, the hand clears bits as it passes).
 
 use crate::clock::Micros;
 
@@ -260,29 +261,46 @@ impl<S: Default> RawTable<S> {
         false
     }
 
-    /// Drops the CLOCK victim: the first entry after the hand whose reference bit is clear
-    /// (clearing bits on the way), skipping `protected` fingerprints. Returns whether one
-    /// was dropped (false only when every entry is protected).
-    pub(crate) fn drop_clock_victim(
+    /// Drops the entry whose loss admits the fewest extra requests, among the next `sample`
+    /// unprotected entries after the clock hand: the one with the lowest `loss` (for a rate
+    /// limit, the budget it has used: a state back to full loses nothing), on a tie the one
+    /// that would be back to full soonest (`idle_at`), then the one not recently used. The hand moves past the sample, clearing reference bits, so
+    /// successive evictions look at different entries. A client being limited therefore
+    /// outlives any number of fresh keys: each of them is cheaper to lose. Returns whether
+    /// one was dropped (false only when every entry is protected).
+    pub(crate) fn drop_cheapest(
         &mut self,
+        sample: usize,
+        loss: impl Fn(&S) -> u64,
         protected: impl Fn(Fingerprint) -> bool,
         idle_at: impl Fn(&S) -> Micros,
     ) -> bool {
-        // Two turns: the first may only clear reference bits.
-        for _ in 0..2 * self.slots.len() {
+        let mut best: Option<((u64, Micros, bool), usize)> = None;
+        let mut seen = 0;
+        for _ in 0..self.slots.len() {
             let i = self.clock;
             self.clock = self.next(i);
             let tag = self.slots[i].tag;
             if tag == 0 || protected(Fingerprint::from_tag(tag)) {
                 continue;
             }
-            if tag & REFERENCED != 0 {
-                self.slots[i].tag = tag & !REFERENCED;
-                continue;
+            let state = &self.slots[i].state;
+            let key = (loss(state), idle_at(state), tag & REFERENCED != 0);
+            self.slots[i].tag = tag & !REFERENCED;
+            if best.is_none_or(|(b, _)| key < b) {
+                best = Some((key, i));
             }
-            self.remove_at(i, idle_at);
-            return true;
+            seen += 1;
+            if seen == sample {
+                break;
+            }
         }
-        false
+        match best {
+            Some((_, i)) => {
+                self.remove_at(i, idle_at);
+                true
+            }
+            None => false,
+        }
     }
 }

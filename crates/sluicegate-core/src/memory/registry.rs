@@ -7,7 +7,7 @@ use std::sync::{Arc, Weak};
 
 use parking_lot::RwLock;
 
-use crate::policy::Policy;
+use crate::policy::{CountingKey, Policy};
 
 /// A policy's place in the shards.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -23,7 +23,7 @@ const MAX_REMEMBERED: usize = 4096;
 
 #[derive(Debug, Default)]
 struct Inner {
-    by_policy: HashMap<Policy, PolicyRef>,
+    by_policy: HashMap<CountingKey, PolicyRef>,
     /// By the address of the caller's `Arc<Policy>`: a lookup without hashing the whole
     /// policy. The `Weak` keeps the allocation, so the address cannot be reused by another
     /// policy while it is here.
@@ -33,8 +33,10 @@ struct Inner {
     next_id: u64,
 }
 
-/// The policies of a store. A policy is identified by its whole definition: a policy whose
-/// numbers change is a new policy with fresh state; an unchanged one keeps its state.
+/// The policies of a store. A policy's state is identified by its [`CountingKey`] (name,
+/// algorithm, limit, period, burst): a policy whose counting changes is a new policy with
+/// fresh state; one whose mode, `max_delay`, `on_store_error` or `penalty` changes keeps
+/// its state, as it does on Redis.
 #[derive(Debug, Default)]
 pub(crate) struct Registry(RwLock<Inner>);
 
@@ -51,7 +53,8 @@ impl Registry {
             }
         }
         let mut inner = self.0.write();
-        let r = match inner.by_policy.get(&**policy) {
+        let counting = policy.counting_key();
+        let r = match inner.by_policy.get(&counting) {
             Some(r) => *r,
             None => {
                 let index = match inner.free.pop() {
@@ -66,7 +69,7 @@ impl Registry {
                     index,
                     id: inner.next_id,
                 };
-                inner.by_policy.insert((**policy).clone(), r);
+                inner.by_policy.insert(counting, r);
                 r
             }
         };
@@ -87,7 +90,7 @@ impl Registry {
 
     /// The place of `policy` if it is registered.
     pub(crate) fn get(&self, policy: &Policy) -> Option<PolicyRef> {
-        self.0.read().by_policy.get(policy).copied()
+        self.0.read().by_policy.get(&policy.counting_key()).copied()
     }
 
     /// Unregisters every policy not in `keep`; returns their places, whose tables the caller
@@ -95,8 +98,9 @@ impl Registry {
     pub(crate) fn retain(&self, keep: &[Arc<Policy>]) -> Vec<PolicyRef> {
         let mut inner = self.0.write();
         let mut dropped = Vec::new();
-        inner.by_policy.retain(|policy, r| {
-            let kept = keep.iter().any(|k| **k == *policy);
+        let keep: Vec<CountingKey> = keep.iter().map(|k| k.counting_key()).collect();
+        inner.by_policy.retain(|counting, r| {
+            let kept = keep.contains(counting);
             if !kept {
                 dropped.push(*r);
             }

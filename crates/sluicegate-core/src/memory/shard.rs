@@ -1,6 +1,7 @@
 //! Shards: how `max_keys` is split, and the store's shard, which holds every policy's
 //! states for the keys that hash to it, so that one lock covers all policies of one key.
 
+use std::collections::HashMap;
 use std::ops::{Deref, DerefMut};
 
 use crate::clock::Micros;
@@ -62,11 +63,16 @@ pub(crate) struct Target<'a> {
     pub(crate) fp: Fingerprint,
 }
 
+/// Running penalties of this shard's keys: (policy index, policy id, key) → end, µs.
+type Penalties = HashMap<(usize, u64, Fingerprint), Micros, foldhash::fast::RandomState>;
+
 /// One table per policy (by registry index) for the keys of this shard, and their count.
 pub(crate) struct StoreShard {
     tables: Vec<Option<(u64, Box<dyn PolicyTable>)>>,
     count: usize,
     cap: usize,
+    /// Only keys some policy with a `penalty` denied; at most `cap` of them.
+    penalties: Penalties,
 }
 
 impl StoreShard {
@@ -75,6 +81,7 @@ impl StoreShard {
             tables: Vec::new(),
             count: 0,
             cap: cap.max(1),
+            penalties: Penalties::default(),
         }
     }
 
@@ -112,13 +119,37 @@ impl StoreShard {
         Some(table)
     }
 
-    /// Decides one policy's part without changing any state.
+    /// Decides one policy's part without changing the algorithm's state; a denial by a
+    /// policy with a `penalty` starts the key's penalty (see [`crate::penalty`]).
     pub(crate) fn evaluate(&mut self, t: Target<'_>, now: Micros, cost: u64) -> Decision {
         let budget = t.policy.delay_budget();
-        match self.table(&t.r, t.policy) {
+        let raw = match self.table(&t.r, t.policy) {
             Some(table) => table.evaluate(t.fp, now, cost, budget),
-            None => table_for(t.policy, 1).evaluate(t.fp, now, cost, budget),
+            None => return table_for(t.policy, 1).evaluate(t.fp, now, cost, budget),
+        };
+        // Without a penalty nothing is read: removing a policy's penalty lifts running ones.
+        if t.policy.penalty() == 0 {
+            return raw;
         }
+        let id = (t.r.index, t.r.id, t.fp);
+        let blocked_until = self.penalties.get(&id).copied().unwrap_or(0);
+        let (decision, start) = crate::penalty::apply(t.policy, raw, blocked_until, now);
+        if let Some(until) = start {
+            self.start_penalty(id, until, now);
+        }
+        decision
+    }
+
+    /// Keeps a penalty, within the shard's bound: expired penalties make room; when every
+    /// one still runs, the new one is not kept (the key is still denied by its algorithm).
+    fn start_penalty(&mut self, id: (usize, u64, Fingerprint), until: Micros, now: Micros) {
+        if self.penalties.len() >= self.cap && !self.penalties.contains_key(&id) {
+            self.penalties.retain(|_, end| *end > now);
+            if self.penalties.len() >= self.cap {
+                return;
+            }
+        }
+        self.penalties.insert(id, until);
     }
 
     /// Consumes `cost` for one policy, making room first when the key is new and the shard
@@ -152,8 +183,10 @@ impl StoreShard {
     }
 
     /// Evicts one entry: an expired one of any policy if there is one (it is identical to
-    /// a fresh key, so nothing is lost), else the CLOCK victim of the policy with the most
-    /// keys in this shard. Fails only if every entry belongs to the request in progress.
+    /// a fresh key, so nothing is lost), else, in the policy with the most keys in this
+    /// shard, the sampled state whose loss admits the fewest extra requests (a state back to
+    /// full before one being limited). Fails only if every entry belongs to the request in
+    /// progress.
     fn make_room(&mut self, now: Micros, protected: &dyn Fn(usize, Fingerprint) -> bool) -> bool {
         for (_, table) in self.tables.iter_mut().flatten() {
             if table.drop_expired(now) {
@@ -169,7 +202,7 @@ impl StoreShard {
             .max();
         if let Some((_, index)) = largest
             && let Some((_, table)) = &mut self.tables[index]
-            && table.drop_clock_victim(&|fp| protected(index, fp))
+            && table.drop_cheapest(now, &|fp| protected(index, fp))
         {
             self.count -= 1;
             return true;
@@ -196,8 +229,9 @@ impl StoreShard {
             .is_some_and(|table| table.release(t.fp, now, expires_at, cost))
     }
 
-    /// Forgets one policy's state of a key.
+    /// Forgets one policy's state of a key, and its penalty.
     pub(crate) fn remove(&mut self, t: Target<'_>) {
+        self.penalties.remove(&(t.r.index, t.r.id, t.fp));
         if let Some(table) = self.table(&t.r, t.policy)
             && table.remove(t.fp)
         {
@@ -214,6 +248,8 @@ impl StoreShard {
 
     /// Drops the table at `index` if it still belongs to policy `id` (after a reload).
     pub(crate) fn drop_policy(&mut self, index: usize, id: u64) {
+        self.penalties
+            .retain(|(i, held, _), _| (*i, *held) != (index, id));
         if let Some(slot) = self.tables.get_mut(index)
             && matches!(slot, Some((held, _)) if *held == id)
             && let Some((_, table)) = slot.take()

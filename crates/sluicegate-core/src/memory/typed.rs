@@ -37,8 +37,9 @@ pub(crate) trait PolicyTable: Send {
     fn sweep(&mut self, now: Micros, steps: usize) -> usize;
     /// Drops one expired entry if there is any.
     fn drop_expired(&mut self, now: Micros) -> bool;
-    /// Drops the least-recently-used approximation (CLOCK), sparing `protected`.
-    fn drop_clock_victim(&mut self, protected: &dyn Fn(Fingerprint) -> bool) -> bool;
+    /// Drops the sampled state whose loss admits the fewest extra requests at `now`,
+    /// sparing `protected` (see `RawTable::drop_cheapest`).
+    fn drop_cheapest(&mut self, now: Micros, protected: &dyn Fn(Fingerprint) -> bool) -> bool;
     /// Bytes of slots allocated.
     fn allocated_bytes(&self) -> usize;
 }
@@ -134,12 +135,20 @@ impl<A: Algorithm> PolicyTable for TypedTable<A> {
         self.raw.drop_expired(now, |s| alg.idle_at(s))
     }
 
-    fn drop_clock_victim(&mut self, protected: &dyn Fn(Fingerprint) -> bool) -> bool {
+    fn drop_cheapest(&mut self, now: Micros, protected: &dyn Fn(Fingerprint) -> bool) -> bool {
         let alg = &self.alg;
-        self.raw.drop_clock_victim(protected, |s| alg.idle_at(s))
+        // What forgetting a state gives away: the budget it has used. Every state of one
+        // table has the same capacity, so the fewest remaining is the most to lose.
+        let loss = |s: &A::State| u64::MAX - alg.evaluate(s, now, 0, None).remaining;
+        self.raw
+            .drop_cheapest(EVICTION_SAMPLE, loss, protected, |s| alg.idle_at(s))
     }
 
     fn allocated_bytes(&self) -> usize {
         self.raw.allocated_bytes()
     }
 }
+
+/// States looked at to choose one to evict. Larger samples choose better and cost more; a
+/// client being limited loses its state only if every state sampled is as limited as it.
+pub(crate) const EVICTION_SAMPLE: usize = 16;

@@ -82,3 +82,30 @@ local function parse(text)
   local a, b, c = string.match(text, '^(%S+) ?(%S*) ?(%S*)$')
   return { tonumber(a), tonumber(b), tonumber(c) }
 end
+
+-- Penalties (sluicegate-core penalty.rs): a denial by a policy with a penalty starts one,
+-- kept in "<state key>:penalty" (same hash tag, so the same Cluster slot) as its end in µs,
+-- expiring with it. While it runs, the key is denied with remaining 0 and retry_after
+-- (and reset_after) at least the time left; requests meanwhile do not extend it. A policy
+-- without a penalty reads nothing (removing the penalty lifts the running ones).
+local function penalize(key, q, now, ok, remaining, reset, retry, delay)
+  if q.penalty == 0 then
+    return ok, remaining, reset, retry, delay
+  end
+  local pkey = key .. ':penalty'
+  local blocked_until = 0
+  local text = redis.call('GET', pkey)
+  if text then
+    blocked_until = tonumber(text) or 0
+  end
+  local left
+  if blocked_until > now then
+    left = blocked_until - now
+  elseif ok == 1 then
+    return ok, remaining, reset, retry, delay
+  else
+    left = q.penalty
+    redis.call('SET', pkey, fmt(now + left), 'PX', ttl_ms(now + left, now))
+  end
+  return 0, 0, max(reset, left), max(retry, left, 1), 0
+end

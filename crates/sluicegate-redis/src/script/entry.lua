@@ -5,8 +5,10 @@
 -- KEYS: one state key per item (a policy of a request), in order.
 -- ARGV[1]  "" to read the time from the Redis server (TIME), or a test-only time in µs
 -- ARGV[2]  "check" or "refund"
--- ARGV[3]  number of distinct policies P, then P times 6 fields:
---          algorithm (1..7), shadow (0/1), limit, period, burst, max_delay (-1: not delay mode)
+-- ARGV[3]  number of distinct policies P, then P times 7 fields:
+--          algorithm (1..7), shadow (0/1), limit, period, burst, max_delay (-1: not delay mode),
+--          penalty µs (0: none; see penalize in common.lua), then the number B of calendar
+--          boundaries (0 unless a calendar fixed_window) and B ascending instants in µs
 --          (bucket algorithms receive limit and period divided by their gcd)
 -- then     the number of requests R, then per request: its number of items n, then n times
 --          2 fields: policy index (1..P), cost
@@ -50,8 +52,17 @@ for p = 1, tonumber(ARGV[3]) do
     period = tonumber(ARGV[a + 3]),
     burst = tonumber(ARGV[a + 4]),
     max_delay = tonumber(ARGV[a + 5]),
+    penalty = tonumber(ARGV[a + 6]),
   }
-  a = a + 6
+  local nb = tonumber(ARGV[a + 7])
+  if nb > 0 then
+    local bounds = {}
+    for i = 1, nb do
+      bounds[i] = tonumber(ARGV[a + 7 + i])
+    end
+    policies[p].bounds = bounds
+  end
+  a = a + 8 + nb
 end
 
 -- Every string state of the call in one MGET (lists, i.e. sliding logs, read as nil and
@@ -95,6 +106,10 @@ for _ = 1, requests do
     items[i], costs[i], sts[i] = q, cost, st
     if check then
       local ok, remaining, reset, retry, delay, lease = q.alg.eval(q, st, now, cost)
+      ok, remaining, reset, retry, delay = penalize(key, q, now, ok, remaining, reset, retry, delay)
+      if ok ~= 1 then
+        lease = 0
+      end
       oks[i] = ok == 1
       if ok ~= 1 and not q.shadow then
         allowed = false

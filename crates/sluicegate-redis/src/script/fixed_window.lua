@@ -1,8 +1,25 @@
 -- Fixed window (sluicegate-core algorithm/fixed_window.rs).
--- State "window count": the window index (now / period) and the cost admitted in it.
+-- State "window count": the window index (now / period) and the cost admitted in it; for
+-- calendar windows the window is known by the instant it ends.
 
 local function fixed_window()
   local M = {}
+
+  -- The window holding `now`: its id and its end. Calendar policies carry the boundaries
+  -- around the gateway's time (q.bounds); the Redis clock must fall among them.
+  local function window_of(q, now)
+    local b = q.bounds
+    if b then
+      for i = 1, #b - 1 do
+        if b[i] <= now and now < b[i + 1] then
+          return b[i + 1], b[i + 1]
+        end
+      end
+      error({ err = 'calendar window: the Redis clock is more than a window away from the gateway clock' })
+    end
+    local w = idiv(now, q.period)
+    return w, (w + 1) * q.period
+  end
 
   function M.load(_, _, _, text)
     return parse(text)
@@ -16,8 +33,8 @@ local function fixed_window()
   end
 
   function M.eval(q, st, now, cost)
-    local window = idiv(now, q.period)
-    local until_end = (window + 1) * q.period - now
+    local window, wend = window_of(q, now)
+    local until_end = wend - now
     local count = count_in(st, window)
     if count + cost <= q.limit then
       local used = count + cost
@@ -31,19 +48,20 @@ local function fixed_window()
   end
 
   function M.commit(key, q, st, now, cost)
-    local window = idiv(now, q.period)
+    local window, wend = window_of(q, now)
     local count = count_in(st, window) + cost
-    put(key, fmt(window) .. ' ' .. fmt(count), (window + 1) * q.period, now)
+    put(key, fmt(window) .. ' ' .. fmt(count), wend, now)
   end
 
   function M.refund(key, q, st, now, cost)
-    if not st or st[1] ~= idiv(now, q.period) then
+    local window, wend = window_of(q, now)
+    if not st or st[1] ~= window then
       return
     end
     local count = max(st[2] - cost, 0)
     local idle_at = 0
     if count > 0 then
-      idle_at = (st[1] + 1) * q.period
+      idle_at = wend
     end
     put_or_forget(key, fmt(st[1]) .. ' ' .. fmt(count), idle_at, now)
   end

@@ -92,6 +92,10 @@ pub(crate) fn invocation<'s>(
         });
     }
     inv.arg(distinct.len());
+    // Calendar windows are computed here, where the time-zone database is; the script
+    // places its own clock's time among them (see `calendar_bounds`).
+    let host_now =
+        now.unwrap_or_else(|| sluicegate_core::Clock::now(&sluicegate_core::SystemClock));
     for item in &distinct {
         let p = &item.params;
         inv.arg(p.code)
@@ -99,7 +103,13 @@ pub(crate) fn invocation<'s>(
             .arg(p.limit)
             .arg(p.period)
             .arg(p.burst)
-            .arg(p.max_delay);
+            .arg(p.max_delay)
+            .arg(p.penalty);
+        let bounds = calendar_bounds(&item.policy, host_now);
+        inv.arg(bounds.len());
+        for b in bounds {
+            inv.arg(b);
+        }
     }
     inv.arg(requests.len());
     let mut index = index.into_iter();
@@ -113,8 +123,19 @@ pub(crate) fn invocation<'s>(
     inv
 }
 
+/// For a calendar policy, the boundaries of the window holding `now` (this host's time),
+/// of the one before and of the one after: the script decides with the Redis server's
+/// clock, which may differ from this host's by anything short of a whole window (a day at
+/// least) and still falls among them. Empty for other policies.
+fn calendar_bounds(policy: &Policy, now: Micros) -> Vec<Micros> {
+    policy
+        .calendar()
+        .and_then(|c| c.boundaries(now, 1, 1))
+        .unwrap_or_default()
+}
+
 fn bad_reply(what: &str) -> StoreError {
-    StoreError::Unavailable(format!("unexpected reply from the Redis script: {what}"))
+    StoreError::Internal(format!("unexpected reply from the Redis script: {what}"))
 }
 
 /// Turns the script's reply into one verdict per request, in order.

@@ -13,21 +13,64 @@ local function sliding_log()
     return tonumber(at), tonumber(cum), tonumber(cost)
   end
 
-  -- Drops the entries that left the window (they can never count again: time only moves
-  -- on), then summarises the rest. The key keeps its TTL: LPOP does not clear it.
-  function M.load(key, q, now)
-    while true do
-      local head = redis.call('LINDEX', key, 0)
-      if not head then
-        return nil
-      end
-      local at, cum, cost = entry(head)
+  -- Most expired entries one call pops: the work of one script call stays bounded however
+  -- large a burst left the window; the rest are skipped by a binary search and popped by
+  -- later calls (or go with the key's TTL).
+  local MAX_POPS = 64
+
+  -- The index of the first entry still in the window, searched in [lo, hi] (times are
+  -- non-decreasing; the last entry is known to be live).
+  local function first_live(key, q, now, lo, hi)
+    while lo < hi do
+      local mid = floor((lo + hi) / 2)
+      local at = entry(redis.call('LINDEX', key, mid))
       if at + q.period > now then
-        local last_at, last_cum = entry(redis.call('LINDEX', key, -1))
-        return { key = key, base = cum - cost, last_at = last_at, last_cum = last_cum }
+        hi = mid
+      else
+        lo = mid + 1
       end
-      redis.call('LPOP', key)
     end
+    return lo
+  end
+
+  -- Summarises the entries in the window; nil for a fresh key. Entries that left the window
+  -- can never count again (time only moves on); up to MAX_POPS of them are dropped. A key
+  -- that is not a list (WRONGTYPE: an operator's key, an old format) is replaced.
+  function M.load(key, q, now)
+    local last = redis.pcall('LINDEX', key, -1)
+    if type(last) == 'table' and last.err then
+      redis.call('DEL', key)
+      return nil
+    end
+    if not last then
+      return nil
+    end
+    local last_at, last_cum = entry(last)
+    if not last_cum then
+      -- A list of something else: start afresh rather than fail on it forever.
+      redis.call('DEL', key)
+      return nil
+    end
+    if last_at + q.period <= now then
+      -- Everything expired: UNLINK frees the list off the script's thread.
+      redis.call('UNLINK', key)
+      return nil
+    end
+    local popped = 0
+    local head = redis.call('LINDEX', key, 0)
+    local at, cum, cost = entry(head)
+    while at + q.period <= now and popped < MAX_POPS do
+      redis.call('LPOP', key) -- the key keeps its TTL: LPOP does not clear it
+      popped = popped + 1
+      at, cum, cost = entry(redis.call('LINDEX', key, 0))
+    end
+    local len = redis.call('LLEN', key)
+    local first = 0
+    if at + q.period <= now then
+      first = first_live(key, q, now, 1, len - 1)
+      at, cum, cost = entry(redis.call('LINDEX', key, first))
+    end
+    return { key = key, base = cum - cost, first = first, len = len, last_at = last_at, last_cum = last_cum }
   end
 
   function M.eval(q, st, now, cost)
@@ -46,7 +89,7 @@ local function sliding_log()
     end
     -- The first entry whose expiry leaves room: cum >= base + used + cost - limit.
     local target = st.base + used + cost - q.limit
-    local lo, hi = 0, redis.call('LLEN', st.key) - 1
+    local lo, hi = st.first, st.len - 1
     local retry = q.period
     while lo <= hi do
       local mid = floor((lo + hi) / 2)

@@ -1,4 +1,5 @@
-//! The admin token check for mutating endpoints.
+//! The token checks: the admin token for mutating endpoints, the API token for `/v1/*` and
+//! `/dashboard*`.
 //!
 //! No `admin_token` configured: 403 `admin_disabled`. No or malformed `Authorization`
 //! header: 401 `unauthorized` (with `WWW-Authenticate: Bearer`). A wrong token: 403
@@ -18,21 +19,14 @@ pub fn authorize(configured: Option<&str>, headers: &HeaderMap) -> Result<(), Ap
             "admin endpoints are disabled: set server.admin_token to enable them",
         ));
     };
-    let presented = headers
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| {
-            let (scheme, token) = v.trim().split_once(' ')?;
-            scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
-        });
-    let Some(token) = presented else {
+    let Some(token) = bearer(headers) else {
         return Err(ApiError::new(
             StatusCode::UNAUTHORIZED,
             "unauthorized",
             "this endpoint needs Authorization: Bearer <admin_token>",
         ));
     };
-    if bool::from(token.as_bytes().ct_eq(expected.as_bytes())) {
+    if same(token, expected) {
         Ok(())
     } else {
         Err(ApiError::new(
@@ -41,4 +35,52 @@ pub fn authorize(configured: Option<&str>, headers: &HeaderMap) -> Result<(), Ap
             "wrong admin token",
         ))
     }
+}
+
+/// `server.api_token`: when set, `/v1/*` and `/dashboard*` need it (or the admin token).
+/// Without it everything is open, as before the setting existed.
+pub fn authorize_api(
+    api_token: Option<&str>,
+    admin_token: Option<&str>,
+    headers: &HeaderMap,
+) -> Result<(), ApiError> {
+    let Some(expected) = api_token else {
+        return Ok(());
+    };
+    let Some(token) = bearer(headers) else {
+        return Err(ApiError::new(
+            StatusCode::UNAUTHORIZED,
+            "unauthorized",
+            "this endpoint needs Authorization: Bearer <api_token>",
+        ));
+    };
+    // Both comparisons always run: which token matched must not show in the timing.
+    let api = same(token, expected);
+    let admin = admin_token.is_some_and(|admin| same(token, admin));
+    if api | admin {
+        Ok(())
+    } else {
+        Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            "forbidden",
+            "wrong API token",
+        ))
+    }
+}
+
+/// The token of `Authorization: Bearer <token>`, if the header has that form.
+fn bearer(headers: &HeaderMap) -> Option<&str> {
+    headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| {
+            let (scheme, token) = v.trim().split_once(' ')?;
+            scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
+        })
+}
+
+/// Constant-time in the contents (the length of the configured token is no secret worth
+/// the trouble: `ct_eq` answers at once on a length mismatch).
+fn same(presented: &str, expected: &str) -> bool {
+    bool::from(presented.as_bytes().ct_eq(expected.as_bytes()))
 }

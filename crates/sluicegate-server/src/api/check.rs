@@ -118,10 +118,13 @@ pub async fn decide(
         .decider
         .check(CheckRequest::new(policies, key, cost))
         .await
-        .map_err(|e| ApiError::from_store(&e))?;
-    if let Some(e) = &decided.failure {
-        tracing::warn!(error = %e, store = state.store.kind(), "store failed; on_store_error decides");
-    }
+        .map_err(|e| {
+            if !e.is_bad_request() {
+                tracing::error!(error = %e, store = state.store.kind(), "store could not decide; failing closed");
+            }
+            ApiError::from_store(&e)
+        })?;
+    // An outage was answered by on_store_error; the store logs it, at most once a second.
     Ok(decided.verdict)
 }
 
@@ -177,7 +180,12 @@ async fn check_batch(
         results[*i] = match decided {
             Ok(decided) => CheckResponse::from_verdict(&decided.verdict, body.policy.is_list())
                 .map(BatchEntry::Decided),
-            Err(e) => Some(BatchEntry::Failed(ApiError::from_store(&e).body)),
+            Err(e) => {
+                if !e.is_bad_request() {
+                    tracing::error!(error = %e, "store could not decide; failing closed");
+                }
+                Some(BatchEntry::Failed(ApiError::from_store(&e).body))
+            }
         };
     }
     Ok(BatchResponse {

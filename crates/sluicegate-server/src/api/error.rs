@@ -64,15 +64,22 @@ impl ApiError {
         )
     }
 
-    /// A store error: the caller's fault (400) or the store's (503).
+    /// A store error: the caller's fault (400), an outage (503), or an error of the
+    /// configuration or the code (500). The store's own text stays in the log.
     pub fn from_store(e: &StoreError) -> Self {
         if e.is_bad_request() {
             Self::invalid(e.to_string())
-        } else {
+        } else if e.is_outage() {
             Self::new(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "store_unavailable",
-                e.to_string(),
+                "the rate-limit store is unavailable",
+            )
+        } else {
+            Self::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "internal_error",
+                "the rate-limit store could not decide this request; see the server log",
             )
         }
     }

@@ -28,10 +28,15 @@ pub async fn readyz(State(state): State<AppState>) -> Result<Json<Health>, ApiEr
             status: "ready",
             store: Some(state.store.kind()),
         })),
-        Err(e) => Err(ApiError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "store_unavailable",
-            format!("{} store: {e}", state.store.kind()),
-        )),
+        Err(e) => {
+            // The reason goes to the log, not to whoever can reach /readyz: store error
+            // text can name hosts, ports and key layouts.
+            tracing::debug!(store = state.store.kind(), error = %e, "readiness probe failed");
+            Err(ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "store_unavailable",
+                format!("the {} store is not reachable", state.store.kind()),
+            ))
+        }
     }
 }

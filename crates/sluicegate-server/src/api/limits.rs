@@ -56,6 +56,10 @@ pub async fn delete_limit(
         .reset(&policy, &key)
         .await
         .map_err(|e| ApiError::from_store(&e))?;
-    tracing::info!(policy = policy.name(), key = %key, "key reset by admin");
+    tracing::info!(
+        policy = policy.name(),
+        key = %sluicegate_middleware::identity::key_hint(&key),
+        "key reset by admin"
+    );
     Ok(StatusCode::NO_CONTENT.into_response())
 }

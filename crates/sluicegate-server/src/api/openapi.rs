@@ -1,6 +1,8 @@
 //! `GET /openapi.json`, generated from the handlers and their types.
 
 use axum::Json;
+use axum::extract::State;
+use sluicegate_middleware::ClientIpHeader;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
@@ -8,6 +10,9 @@ use super::types::{
     BatchBody, BatchEntry, BatchResponse, CheckBody, CheckResponse, Health, PoliciesResponse,
     PolicyInfo, PolicyNames, PolicyResult,
 };
+
+use crate::config::ForwardAuthSource;
+use crate::state::AppState;
 
 /// The decision API's OpenAPI 3 description.
 #[derive(OpenApi)]
@@ -42,9 +47,44 @@ impl Modify for AdminToken {
     }
 }
 
-/// The spec as JSON.
+/// The spec as JSON, describing this server as configured: forward-auth's parameters are
+/// the header pair `server.forward_auth_source` names and the `server.client_ip_header`.
 #[utoipa::path(get, path = "/openapi.json", tag = "meta",
     responses((status = 200, description = "This API's OpenAPI 3 description")))]
-pub async fn openapi_json() -> Json<utoipa::openapi::OpenApi> {
-    Json(ApiDoc::openapi())
+pub async fn openapi_json(State(state): State<AppState>) -> Json<utoipa::openapi::OpenApi> {
+    let mut doc = ApiDoc::openapi();
+    let server = &state.runtime().config.server;
+    let renames: [(&str, &str); 3] = match server.forward_auth_source {
+        ForwardAuthSource::XOriginal => [
+            ("X-Original-URI", "X-Original-URI"),
+            ("X-Original-Method", "X-Original-Method"),
+            ("X-Forwarded-For", client_ip_header(server.client_ip_header)),
+        ],
+        ForwardAuthSource::XForwarded => [
+            ("X-Original-URI", "X-Forwarded-Uri"),
+            ("X-Original-Method", "X-Forwarded-Method"),
+            ("X-Forwarded-For", client_ip_header(server.client_ip_header)),
+        ],
+    };
+    let operation = doc
+        .paths
+        .paths
+        .get_mut("/v1/forward-auth")
+        .and_then(|item| item.get.as_mut());
+    if let Some(parameters) = operation.and_then(|op| op.parameters.as_mut()) {
+        for parameter in parameters {
+            if let Some((_, to)) = renames.iter().find(|(from, _)| parameter.name == *from) {
+                parameter.name = (*to).to_owned();
+            }
+        }
+    }
+    Json(doc)
+}
+
+fn client_ip_header(header: ClientIpHeader) -> &'static str {
+    match header {
+        ClientIpHeader::XForwardedFor => "X-Forwarded-For",
+        ClientIpHeader::Forwarded => "Forwarded",
+        ClientIpHeader::XRealIp => "X-Real-IP",
+    }
 }

@@ -24,7 +24,10 @@ fn info(p: &Policy) -> PolicyInfo {
         name: p.name().to_owned(),
         algorithm: p.algorithm().name().to_owned(),
         limit: p.limit(),
-        period: humantime::format_duration(p.period_duration()).to_string(),
+        period: match p.calendar() {
+            Some(c) => c.unit().name().to_owned(),
+            None => humantime::format_duration(p.period_duration()).to_string(),
+        },
         period_ms: super::types::ms(p.period()),
         burst: p.burst(),
         mode: p.mode().name().to_owned(),
@@ -35,5 +38,8 @@ fn info(p: &Policy) -> PolicyInfo {
             OnStoreError::Deny => "deny",
         }
         .to_owned(),
+        penalty_ms: (p.penalty() > 0).then(|| super::types::ms(p.penalty())),
+        calendar: p.calendar().map(|c| c.unit().name().to_owned()),
+        timezone: p.calendar().map(|c| c.zone().to_owned()),
     }
 }

@@ -66,6 +66,9 @@ impl utoipa::PartialSchema for PolicyNames {
             .item(
                 ArrayBuilder::new()
                     .items(name())
+                    // What the server accepts: at least one name, at most 64.
+                    .min_items(Some(1))
+                    .max_items(Some(64))
                     .description(Some("several policies, all-or-nothing")),
             )
             .into()
@@ -232,6 +235,13 @@ pub struct PolicyInfo {
     pub max_delay_ms: Option<u64>,
     /// allow | deny.
     pub on_store_error: String,
+    /// How long a denied key stays denied, ms (null: no penalty).
+    pub penalty_ms: Option<u64>,
+    /// Calendar windows (`day`, `week`, `month`, `year`) of a fixed_window policy; null
+    /// for periods. `period` then names the unit and `period_ms` is its longest window.
+    pub calendar: Option<String>,
+    /// The calendar's IANA time zone.
+    pub timezone: Option<String>,
 }
 
 /// `GET /v1/policies`.

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use ipnet::IpNet;
 use sluicegate_core::Policy;
-use sluicegate_middleware::{HeaderSet, RouteSpec};
+use sluicegate_middleware::{ClientIpHeader, HeaderSet, RouteSpec};
 
 pub use diagnostic::{Diagnostic, Diagnostics};
 
@@ -53,10 +53,75 @@ pub struct ServerConfig {
     pub headers: Vec<HeaderSet>,
     /// Status of a denied forward-auth request.
     pub forward_auth_deny_status: u16,
+    /// The one header trusted proxies name the client in.
+    pub client_ip_header: ClientIpHeader,
+    /// The header pair forward-auth reads the original request from.
+    pub forward_auth_source: ForwardAuthSource,
+    /// Bearer token for `/v1/*` and `/dashboard*` (the admin token also passes).
+    pub api_token: Option<String>,
+    /// Connection limits of the HTTP listeners (API and gateway).
+    pub connections: ConnectionLimits,
+    /// Delay mode: requests waiting for their slot at once; beyond, rejected.
+    pub max_waiting: usize,
     /// Clients (CIDRs) never limited.
     pub allow: Vec<IpNet>,
     /// Clients (CIDRs) always refused with 403 `forbidden`.
     pub deny: Vec<IpNet>,
+}
+
+/// `server.header_read_timeout`, `idle_timeout`, `max_connections`: what one HTTP
+/// listener allows, so slow or idle clients cannot tie it up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConnectionLimits {
+    /// A connection that has not sent a complete request head by then (from its first
+    /// byte, or from the accept) is closed.
+    pub header_read_timeout: Duration,
+    /// A keep-alive connection with no request, or a request with no traffic either way,
+    /// for this long is closed.
+    pub idle_timeout: Duration,
+    /// Connections served at once per listener; beyond, new ones wait in the backlog.
+    pub max_connections: usize,
+}
+
+impl Default for ConnectionLimits {
+    fn default() -> Self {
+        ConnectionLimits {
+            header_read_timeout: Duration::from_secs(10),
+            idle_timeout: Duration::from_secs(60),
+            max_connections: 10_000,
+        }
+    }
+}
+
+/// Default of `server.max_waiting`.
+pub const DEFAULT_MAX_WAITING: usize = 10_000;
+
+/// `server.forward_auth_source`: which header pair describes the original request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ForwardAuthSource {
+    /// `X-Original-URI` / `X-Original-Method` (nginx `auth_request`).
+    #[default]
+    XOriginal,
+    /// `X-Forwarded-Uri` / `X-Forwarded-Method` (Traefik ForwardAuth, Caddy `forward_auth`).
+    XForwarded,
+}
+
+impl ForwardAuthSource {
+    /// The configuration name.
+    pub fn name(self) -> &'static str {
+        match self {
+            ForwardAuthSource::XOriginal => "x-original",
+            ForwardAuthSource::XForwarded => "x-forwarded",
+        }
+    }
+
+    /// The URI and method headers of this source.
+    pub fn headers(self) -> (&'static str, &'static str) {
+        match self {
+            ForwardAuthSource::XOriginal => ("x-original-uri", "x-original-method"),
+            ForwardAuthSource::XForwarded => ("x-forwarded-uri", "x-forwarded-method"),
+        }
+    }
 }
 
 /// `[store] backend`.
@@ -102,7 +167,12 @@ pub struct GatewayConfig {
     pub listen: SocketAddr,
     /// The `http://host:port` everything is forwarded to.
     pub upstream: http::Uri,
+    /// Longest wait for the upstream's response head; then 504.
+    pub upstream_timeout: Duration,
 }
+
+/// Default of `gateway.upstream_timeout`.
+pub const DEFAULT_UPSTREAM_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// `[envoy]` (listen, config, algorithm, `[[envoy.rules]]`): the Envoy crate's own model,
 /// so its options live in one place. `config` is resolved against the file's directory.
@@ -195,7 +265,15 @@ impl Config {
                     .parse()
                     .map_err(|e| format!("default gateway address: {e}"))?,
             };
-            self.gateway = Some(GatewayConfig { listen, upstream });
+            let upstream_timeout = self
+                .gateway
+                .as_ref()
+                .map_or(DEFAULT_UPSTREAM_TIMEOUT, |g| g.upstream_timeout);
+            self.gateway = Some(GatewayConfig {
+                listen,
+                upstream,
+                upstream_timeout,
+            });
         }
         if let Some(listen) = overrides.envoy_listen {
             let envoy = self.envoy.get_or_insert_with(EnvoyConfig::default);
@@ -206,6 +284,12 @@ impl Config {
             && self.store.cluster.is_empty()
         {
             return Err("[store] backend = \"redis\" needs url or cluster (or --redis URL)".into());
+        }
+        if self.store.backend == Backend::Redis {
+            // `--redis` may have switched a memory config to Redis after parsing.
+            for policy in &self.policies {
+                sluicegate_redis::check_policy(policy).map_err(|e| e.to_string())?;
+            }
         }
         Ok(())
     }

@@ -20,9 +20,25 @@ pub struct Event {
     pub cost: u64,
 }
 
-/// `(limit, period µs, burst)`: small numbers so that windows, refills and rounding all matter.
+/// A week in µs: the longest period the property tests try.
+pub const WEEK: Micros = 7 * 86_400 * 1_000_000;
+
+/// `(limit, period µs, burst)`: mostly small numbers, so that windows, refills and rounding
+/// all matter; one case in four large (limits and bursts up to 10^6, periods from a
+/// millisecond to a week), where products of limit, burst and period reach 10^18 and any
+/// overflow or precision loss in the fixed-point arithmetic would show.
 pub fn quota() -> impl Strategy<Value = (u64, u64, u64)> {
-    (1u64..=12, 1u64..=3_000, 1u64..=12)
+    prop_oneof![
+        3 => (1u64..=12, 1u64..=3_000, 1u64..=12),
+        1 => (1u64..=1_000_000, 1_000u64..=WEEK, 1u64..=1_000_000),
+    ]
+}
+
+/// A generated wait (drawn up to ~6 000 µs, about two of the small periods) scaled so that
+/// it stays a comparable share of a large period: `max(delay, delay × period / 3 000)`.
+pub fn scale_delay(delay: Micros, period: Micros) -> Micros {
+    let scaled = u128::from(delay) * u128::from(period) / 3_000;
+    delay.max(u64::try_from(scaled).unwrap_or(u64::MAX))
 }
 
 /// Arrivals starting somewhere in a period after `T0`, with gaps from none (same instant)

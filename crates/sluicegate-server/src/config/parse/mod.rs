@@ -11,15 +11,18 @@ use std::time::Duration;
 use ipnet::IpNet;
 use serde::de::{DeserializeOwned, IntoDeserializer};
 use sluicegate_core::spec::parse_duration;
-use sluicegate_core::{AlgorithmKind, Mode, OnStoreError, Policy, PolicyError, PolicySpec};
-use sluicegate_middleware::{HeaderSet, KeySpec, RouteSpec, RouteTable};
+use sluicegate_core::{
+    AlgorithmKind, MAX_PERIOD, Mode, OnStoreError, Policy, PolicyError, PolicySpec,
+};
+use sluicegate_middleware::{ClientIpHeader, HeaderSet, KeySpec, RouteSpec, RouteTable};
 use toml::Spanned;
 use toml::de::{DeTable, DeValue};
 
 use super::diagnostic::Collector;
 use super::{
-    Backend, Config, DEFAULT_MAX_KEYS, Diagnostics, EnvoyConfig, GatewayConfig, ServerConfig,
-    StoreConfig,
+    Backend, Config, ConnectionLimits, DEFAULT_MAX_KEYS, DEFAULT_MAX_WAITING,
+    DEFAULT_UPSTREAM_TIMEOUT, Diagnostics, EnvoyConfig, ForwardAuthSource, GatewayConfig,
+    ServerConfig, StoreConfig,
 };
 
 mod policies;
@@ -34,6 +37,13 @@ const SERVER: &[&str] = &[
     "admin_token",
     "headers",
     "forward_auth_deny_status",
+    "client_ip_header",
+    "forward_auth_source",
+    "api_token",
+    "header_read_timeout",
+    "idle_timeout",
+    "max_connections",
+    "max_waiting",
     "allow",
     "deny",
 ];
@@ -55,12 +65,31 @@ const POLICY: &[&str] = &[
     "mode",
     "max_delay",
     "on_store_error",
+    "penalty",
+    "calendar",
+    "timezone",
 ];
 const ROUTE: &[&str] = &[
-    "path", "methods", "headers", "policies", "key", "allow", "deny",
+    "path",
+    "methods",
+    "headers",
+    "policies",
+    "key",
+    "case_insensitive",
+    "allow",
+    "deny",
 ];
-const GATEWAY: &[&str] = &["listen", "upstream"];
-const ENVOY: &[&str] = &["listen", "config", "algorithm", "rules"];
+const GATEWAY: &[&str] = &["listen", "upstream", "upstream_timeout"];
+const ENVOY: &[&str] = &[
+    "listen",
+    "config",
+    "algorithm",
+    "merge_domains",
+    "shadow",
+    "quota",
+    "dynamic_metadata",
+    "rules",
+];
 
 type Value<'i> = Spanned<DeValue<'i>>;
 
@@ -87,6 +116,9 @@ pub(super) fn parse(text: &str, path: &Path) -> Result<Config, Diagnostics> {
     let store = r.section(&root, "store").map(|(t, _)| t);
     let store = r.store(store);
     let policies = r.policies(root.get("policies"));
+    if let Some(store) = &store {
+        r.store_can_decide(store, &policies);
+    }
     let routes = r.routes(root.get("routes"), &policies, root_span.clone());
     let gateway = r
         .section(&root, "gateway")
@@ -125,6 +157,20 @@ struct Reader<'t> {
 }
 
 impl Reader<'_> {
+    /// Reports every policy the configured store cannot decide exactly (Redis computes in
+    /// doubles, exact to 2^53: see `sluicegate_redis::check_policy`), so it is refused at
+    /// load time instead of failing on every request.
+    fn store_can_decide(&mut self, store: &StoreConfig, policies: &[(Arc<Policy>, Range<usize>)]) {
+        if store.backend != Backend::Redis {
+            return;
+        }
+        for (policy, span) in policies {
+            if let Err(e) = sluicegate_redis::check_policy(policy) {
+                self.c.error(span.clone(), e.to_string());
+            }
+        }
+    }
+
     /// Reports every key of `table` not in `known`.
     fn unknown(&mut self, table: &DeTable<'_>, section: &str, known: &[&str]) {
         for key in table.keys() {

@@ -53,16 +53,32 @@ impl Reader<'_> {
         let concurrency = algorithm
             .as_ref()
             .is_some_and(|a| a.get_ref().is_concurrency());
-        let period = if concurrency {
-            self.get::<String>(t, "period", what)
-        } else {
-            self.required::<String>(t, "period", what, &span)
-        };
         let lease = self.get::<String>(t, "lease", what);
+        let calendar = self.get::<String>(t, "calendar", what);
+        let timezone = self.get::<String>(t, "timezone", what);
+        // A calendar replaces the period: exactly one of them.
+        let period = match &calendar {
+            None if concurrency => self.get::<String>(t, "period", what),
+            None => self.required::<String>(t, "period", what, &span),
+            Some(cal) => {
+                let period = self.get::<String>(t, "period", what);
+                if let Some(p) = &period {
+                    self.c.error(
+                        p.span(),
+                        format!(
+                            "period and calendar = {:?} both given; the calendar replaces the period",
+                            cal.get_ref()
+                        ),
+                    );
+                }
+                Some(Spanned::new(cal.span(), String::new()))
+            }
+        };
         let burst = self.get::<u64>(t, "burst", what);
         let mode = self.get::<Mode>(t, "mode", what);
         let max_delay = self.get::<String>(t, "max_delay", what);
         let on_store_error = self.get::<OnStoreError>(t, "on_store_error", what);
+        let penalty = self.get::<String>(t, "penalty", what);
 
         // Each check on its own, so a policy with three mistakes reports three errors.
         if let Some(name) = &name
@@ -82,11 +98,14 @@ impl Reader<'_> {
             self.c
                 .error(limit.span(), PolicyError::ZeroLimit.to_string());
         }
-        if let Some(period) = &period {
+        if let Some(period) = period.as_ref().filter(|_| calendar.is_none()) {
             match parse_duration(period.get_ref()) {
                 Ok(d) if d.as_micros() == 0 => self
                     .c
                     .error(period.span(), PolicyError::ZeroPeriod.to_string()),
+                Ok(d) if d > MAX_PERIOD => self
+                    .c
+                    .error(period.span(), PolicyError::TooLong("period").to_string()),
                 Ok(_) => {}
                 Err(e) => self.c.error(period.span(), e.to_string()),
             }
@@ -106,10 +125,46 @@ impl Reader<'_> {
                 PolicyError::DelayOnWindow(*algorithm.get_ref()).to_string(),
             );
         }
-        if let Some(max_delay) = &max_delay
-            && let Err(e) = parse_duration(max_delay.get_ref())
+        if let Some(max_delay) = &max_delay {
+            match parse_duration(max_delay.get_ref()) {
+                Ok(d) if d > MAX_PERIOD => self.c.error(
+                    max_delay.span(),
+                    PolicyError::TooLong("max_delay").to_string(),
+                ),
+                Ok(_) => {}
+                Err(e) => self.c.error(max_delay.span(), e.to_string()),
+            }
+        }
+        if let Some(penalty) = &penalty {
+            match parse_duration(penalty.get_ref()) {
+                Ok(d) if d.is_zero() => self.c.error(
+                    penalty.span(),
+                    "penalty must be longer than 0 (remove it for no penalty)",
+                ),
+                Ok(d)
+                    if sluicegate_core::clock::micros(d) > sluicegate_core::policy::MAX_PENALTY =>
+                {
+                    self.c
+                        .error(penalty.span(), PolicyError::PenaltyTooLong.to_string())
+                }
+                Ok(_) => {}
+                Err(e) => self.c.error(penalty.span(), e.to_string()),
+            }
+        }
+        if let Err(e) = sluicegate_core::spec::parse_calendar(
+            calendar.as_ref().map(|c| c.get_ref().as_str()),
+            timezone.as_ref().map(|z| z.get_ref().as_str()),
+        ) {
+            let at = timezone.as_ref().or(calendar.as_ref()).map(Spanned::span);
+            self.c.error(at.unwrap_or(span.clone()), e.to_string());
+        }
+        if let (Some(cal), Some(algorithm)) = (&calendar, &algorithm)
+            && *algorithm.get_ref() != AlgorithmKind::FixedWindow
         {
-            self.c.error(max_delay.span(), e.to_string());
+            self.c.error(
+                cal.span(),
+                PolicyError::CalendarNeedsFixedWindow(*algorithm.get_ref()).to_string(),
+            );
         }
         self.concurrency_fields(t, concurrency, lease.as_ref());
         if self.c_len() > before {
@@ -126,6 +181,9 @@ impl Reader<'_> {
             mode: mode.map(Spanned::into_inner).unwrap_or_default(),
             max_delay: max_delay.map(Spanned::into_inner),
             on_store_error: on_store_error.map(Spanned::into_inner).unwrap_or_default(),
+            penalty: penalty.map(Spanned::into_inner),
+            calendar: calendar.map(Spanned::into_inner),
+            timezone: timezone.map(Spanned::into_inner),
         };
         match spec.build() {
             Ok(policy) => Some((policy, name.span())),

@@ -141,12 +141,16 @@ impl Reader<'_> {
         {
             return None;
         }
+        let case_insensitive = self
+            .get::<bool>(t, "case_insensitive", what)
+            .is_some_and(Spanned::into_inner);
         let spec = RouteSpec {
             path: path?.into_inner(),
             methods,
             headers,
             policies: names,
             key,
+            case_insensitive,
             allow,
             deny,
         };

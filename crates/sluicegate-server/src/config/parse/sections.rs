@@ -34,6 +34,11 @@ impl Reader<'_> {
             admin_token: None,
             headers: HeaderSet::DEFAULT.to_vec(),
             forward_auth_deny_status: 429,
+            client_ip_header: ClientIpHeader::default(),
+            forward_auth_source: ForwardAuthSource::default(),
+            api_token: None,
+            connections: ConnectionLimits::default(),
+            max_waiting: DEFAULT_MAX_WAITING,
             allow: Vec::new(),
             deny: Vec::new(),
         };
@@ -62,21 +67,8 @@ impl Reader<'_> {
                 server.ipv6_prefix = *prefix.get_ref() as u8;
             }
         }
-        if let Some(token) = self.get::<String>(t, "admin_token", what) {
-            if token.get_ref().trim().is_empty() {
-                self.c.error(
-                    token.span(),
-                    "admin_token must not be empty (remove it to disable the admin endpoints)",
-                );
-            } else if http::HeaderValue::from_str(&format!("Bearer {}", token.get_ref())).is_err() {
-                self.c.error(
-                    token.span(),
-                    "admin_token must be printable ASCII (it travels in an HTTP header)",
-                );
-            } else {
-                server.admin_token = Some(token.into_inner());
-            }
-        }
+        server.admin_token = self.token(t, "admin_token", "disable the admin endpoints");
+        server.api_token = self.token(t, "api_token", "leave /v1 and /dashboard open");
         if let Some(sets) = self.get::<Vec<Spanned<String>>>(t, "headers", what) {
             let mut parsed = Vec::new();
             for set in sets.into_inner() {
@@ -107,7 +99,77 @@ impl Reader<'_> {
                 );
             }
         }
+        self.server_hardening(t, &mut server);
         Some(server)
+    }
+
+    /// `client_ip_header`, `forward_auth_source` and the connection limits.
+    fn server_hardening(&mut self, t: &DeTable<'_>, server: &mut ServerConfig) {
+        let what = "[server]";
+        if let Some(name) = self.get::<String>(t, "client_ip_header", what) {
+            match name.get_ref().parse::<ClientIpHeader>() {
+                Ok(h) => server.client_ip_header = h,
+                Err(e) => self.c.error(name.span(), e),
+            }
+        }
+        if let Some(name) = self.get::<String>(t, "forward_auth_source", what) {
+            match name.get_ref().as_str() {
+                "x-original" => server.forward_auth_source = ForwardAuthSource::XOriginal,
+                "x-forwarded" => server.forward_auth_source = ForwardAuthSource::XForwarded,
+                other => self.c.error(
+                    name.span(),
+                    format!(
+                        "unknown forward_auth_source {other:?}; expected x-original (nginx: X-Original-URI/-Method) or x-forwarded (Traefik, Caddy: X-Forwarded-Uri/-Method)"
+                    ),
+                ),
+            }
+        }
+        let limits = &mut server.connections;
+        if let Some(d) = self.duration(t, "header_read_timeout", what) {
+            limits.header_read_timeout = d;
+        }
+        if let Some(d) = self.duration(t, "idle_timeout", what) {
+            limits.idle_timeout = d;
+        }
+        if let Some(n) = self.count(t, "max_connections", what) {
+            limits.max_connections = n;
+        }
+        if let Some(n) = self.count(t, "max_waiting", what) {
+            server.max_waiting = n;
+        }
+    }
+
+    /// A whole number of at least 1 (and at most a billion: beyond is surely a typo).
+    fn count(&mut self, t: &DeTable<'_>, key: &str, what: &str) -> Option<usize> {
+        let n = self.get::<u64>(t, key, what)?;
+        match usize::try_from(*n.get_ref()) {
+            Ok(v) if (1..=1_000_000_000).contains(&v) => Some(v),
+            _ => {
+                self.c
+                    .error(n.span(), format!("{key} must be between 1 and 1000000000"));
+                None
+            }
+        }
+    }
+
+    /// A bearer token: non-empty printable ASCII (it travels in a header).
+    fn token(&mut self, t: &DeTable<'_>, key: &str, without: &str) -> Option<String> {
+        let token = self.get::<String>(t, key, "[server]")?;
+        if token.get_ref().trim().is_empty() {
+            self.c.error(
+                token.span(),
+                format!("{key} must not be empty (remove it to {without})"),
+            );
+            None
+        } else if http::HeaderValue::from_str(&format!("Bearer {}", token.get_ref())).is_err() {
+            self.c.error(
+                token.span(),
+                format!("{key} must be printable ASCII (it travels in an HTTP header)"),
+            );
+            None
+        } else {
+            Some(token.into_inner())
+        }
     }
 
     pub(super) fn store(&mut self, table: Option<&DeTable<'_>>) -> Option<StoreConfig> {
@@ -187,9 +249,13 @@ impl Reader<'_> {
                     None
                 }
             });
+        let upstream_timeout = self
+            .duration(t, "upstream_timeout", what)
+            .unwrap_or(DEFAULT_UPSTREAM_TIMEOUT);
         Some(GatewayConfig {
             listen: listen?,
             upstream: upstream?,
+            upstream_timeout,
         })
     }
 
@@ -241,10 +307,24 @@ impl Reader<'_> {
                 }
             }
         }
+        let mut flag = |key: &str| {
+            self.get::<bool>(t, key, what)
+                .is_some_and(Spanned::into_inner)
+        };
+        let (merge_domains, shadow, quota, dynamic_metadata) = (
+            flag("merge_domains"),
+            flag("shadow"),
+            flag("quota"),
+            flag("dynamic_metadata"),
+        );
         let section = EnvoyConfig {
             listen,
             config,
             algorithm: algorithm.map(Spanned::into_inner),
+            merge_domains,
+            shadow,
+            quota,
+            dynamic_metadata,
             rules: rules
                 .as_ref()
                 .map(|r| r.get_ref().clone())

@@ -1,6 +1,9 @@
 //! Rough per-step costs of the limiter, in-process, for profiling (`ONLY=check` loops on
 //! `RateLimiter::check` + headers for `perf`). The comparisons that count are
-//! `benches/layer.rs` (criterion) and `benches/loadtest.sh` (wrk over HTTP).
+//! `crates/sluicegate-middleware/benches/layer.rs` (criterion) and
+//! `crates/sluicegate-middleware/benches/loadtest.sh` (wrk over HTTP).
+//!
+//! `cargo run --release -p sluicegate-bench --bin step_costs`
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -1,6 +1,7 @@
 //! The load-test target: the same minimal axum app twice, in one process and one runtime,
 //! without the layer and with it, each on a free loopback port, printed on the first
-//! line of stdout as `bare=ADDR limited=ADDR`. Driven by `benches/loadtest.sh` with wrk.
+//! line of stdout as `bare=ADDR limited=ADDR`. Driven by
+//! `crates/sluicegate-middleware/benches/loadtest.sh` with wrk.
 //!
 //! The limited app: in-memory store, one token-bucket policy on `/api` keyed by client
 //! IP, 127.0.0.1 trusted so wrk's varying `X-Forwarded-For` makes 10 000 client keys,

@@ -1,0 +1,308 @@
+//! Serving HTTP connections so that slow, idle or many clients cannot tie a listener up:
+//! `server.header_read_timeout`, `idle_timeout` and `max_connections`, on the API and
+//! gateway listeners alike.
+//!
+//! `axum::serve` has none of these, and hyper's own `header_read_timeout` also runs while a
+//! keep-alive connection waits for its next request (so it would cut idle connections at
+//! the header deadline). Hence this accept loop, with one watchdog per connection:
+//!
+//! - no request yet: the head must be complete `header_read_timeout` after the accept;
+//! - between requests: idle for at most `idle_timeout`; once the next request's first byte
+//!   arrives, its head must be complete within `header_read_timeout`;
+//! - a request in progress (reading its body, writing the response): closed after
+//!   `idle_timeout` with no traffic either way (a stalled upload or a client that stops
+//!   reading). Waits on our side (delay mode, the upstream) are bounded by their own
+//!   settings, which should stay below `idle_timeout`.
+//!
+//! `max_connections` is a semaphore taken *before* `accept`: beyond it, new connections
+//! wait in the kernel's backlog instead of costing a task and a file descriptor each.
+
+use std::io;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::ConnectInfo;
+use bytes::Bytes;
+use http_body::{Body as HttpBody, Frame, SizeHint};
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::server::conn::auto;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{Semaphore, watch};
+use tower::ServiceExt;
+
+use crate::config::ConnectionLimits;
+
+/// The connection budget of one listener (shared by the gateway's worker threads).
+pub fn permits(limits: &ConnectionLimits) -> Arc<Semaphore> {
+    Arc::new(Semaphore::new(
+        limits.max_connections.min(Semaphore::MAX_PERMITS),
+    ))
+}
+
+/// Accepts connections on `listener` and serves `app` on each (HTTP/1.1 and HTTP/2,
+/// upgrades allowed) within `limits`, until `stop` turns true; then stops accepting and
+/// waits for the connections in progress to finish (the caller bounds that wait).
+pub async fn serve(
+    listener: TcpListener,
+    app: Router,
+    limits: ConnectionLimits,
+    permits: Arc<Semaphore>,
+    stop: watch::Receiver<bool>,
+) -> Result<(), String> {
+    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    let stopped = crate::serve::stopped(stop);
+    tokio::pin!(stopped);
+    loop {
+        let permit = tokio::select! {
+            permit = Arc::clone(&permits).acquire_owned() => match permit {
+                Ok(permit) => permit,
+                Err(_) => break,
+            },
+            () = &mut stopped => break,
+        };
+        let (stream, peer) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(accepted) => accepted,
+                Err(e) => {
+                    accept_error(e).await;
+                    continue;
+                }
+            },
+            () = &mut stopped => break,
+        };
+        let _ = stream.set_nodelay(true);
+        let activity = Arc::new(Activity::new());
+        let connection = graceful.watch(connection(stream, peer, app.clone(), &activity));
+        tokio::spawn(async move {
+            // Whichever ends first; dropping the connection closes the socket.
+            tokio::select! {
+                _ = connection => {}
+                () = watchdog(activity, limits) => {}
+            }
+            drop(permit);
+        });
+    }
+    drop(listener);
+    graceful.shutdown().await;
+    Ok(())
+}
+
+/// Out of file descriptors (or another transient failure): wait a little instead of
+/// spinning on a listener that stays readable.
+async fn accept_error(error: io::Error) {
+    tracing::warn!(%error, "accept failed");
+    tokio::time::sleep(Duration::from_millis(50)).await;
+}
+
+/// One connection: HTTP/1.1 or HTTP/2 (upgrades allowed), its socket metered and each
+/// request tracked in `activity` for the watchdog.
+fn connection(
+    stream: TcpStream,
+    peer: SocketAddr,
+    app: Router,
+    activity: &Arc<Activity>,
+) -> impl hyper_util::server::graceful::GracefulConnection + Send + 'static {
+    let io = TokioIo::new(Metered {
+        inner: stream,
+        activity: Arc::clone(activity),
+    });
+    let service = hyper::service::service_fn({
+        let activity = Arc::clone(activity);
+        move |mut request: hyper::Request<Incoming>| {
+            request.extensions_mut().insert(ConnectInfo(peer));
+            let guard = activity.request_started();
+            let response = app.clone().oneshot(request.map(Body::new));
+            async move {
+                let response = response.await?;
+                // The request counts as in progress until its response body is done.
+                Ok::<_, std::convert::Infallible>(response.map(|body| {
+                    Body::new(Tracked {
+                        body,
+                        _guard: guard,
+                    })
+                }))
+            }
+        }
+    });
+    auto::Builder::new(TokioExecutor::new())
+        .serve_connection_with_upgrades(io, service)
+        .into_owned()
+}
+
+/// What the watchdog knows of one connection. Times are milliseconds since it opened.
+struct Activity {
+    opened: Instant,
+    last_io: AtomicU64,
+    /// First byte read while no request was in progress, plus one (0: none).
+    first_byte: AtomicU64,
+    idle_since: AtomicU64,
+    in_flight: AtomicUsize,
+    served: AtomicBool,
+}
+
+impl Activity {
+    fn new() -> Activity {
+        Activity {
+            opened: Instant::now(),
+            last_io: AtomicU64::new(0),
+            first_byte: AtomicU64::new(0),
+            idle_since: AtomicU64::new(0),
+            in_flight: AtomicUsize::new(0),
+            served: AtomicBool::new(false),
+        }
+    }
+
+    fn now(&self) -> u64 {
+        u64::try_from(self.opened.elapsed().as_millis()).unwrap_or(u64::MAX)
+    }
+
+    fn read(&self) {
+        let now = self.now();
+        self.last_io.store(now, Ordering::Relaxed);
+        if self.in_flight.load(Ordering::Relaxed) == 0 {
+            let _ =
+                self.first_byte
+                    .compare_exchange(0, now + 1, Ordering::Relaxed, Ordering::Relaxed);
+        }
+    }
+
+    fn wrote(&self) {
+        self.last_io.store(self.now(), Ordering::Relaxed);
+    }
+
+    fn request_started(self: &Arc<Self>) -> InFlight {
+        self.in_flight.fetch_add(1, Ordering::AcqRel);
+        self.served.store(true, Ordering::Relaxed);
+        self.first_byte.store(0, Ordering::Relaxed);
+        InFlight(Arc::clone(self))
+    }
+
+    /// When the connection must have shown progress by, in ms since it opened.
+    fn deadline(&self, limits: &ConnectionLimits) -> u64 {
+        let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+        let (head, idle) = (ms(limits.header_read_timeout), ms(limits.idle_timeout));
+        if self.in_flight.load(Ordering::Acquire) > 0 {
+            return self.last_io.load(Ordering::Relaxed).saturating_add(idle);
+        }
+        if !self.served.load(Ordering::Relaxed) {
+            return head;
+        }
+        match self.first_byte.load(Ordering::Relaxed) {
+            0 => self.idle_since.load(Ordering::Relaxed).saturating_add(idle),
+            first => (first - 1).saturating_add(head),
+        }
+    }
+}
+
+/// A request in progress; dropped with its response body.
+struct InFlight(Arc<Activity>);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        let now = self.0.now();
+        self.0.idle_since.store(now, Ordering::Relaxed);
+        self.0.last_io.store(now, Ordering::Relaxed);
+        self.0.first_byte.store(0, Ordering::Relaxed);
+        self.0.in_flight.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// Resolves when the connection has missed its deadline. Checks at least every second, so
+/// a deadline that moved earlier (the first byte of a slow head) is seen in time.
+async fn watchdog(activity: Arc<Activity>, limits: ConnectionLimits) {
+    loop {
+        let now = activity.now();
+        let deadline = activity.deadline(&limits);
+        if now >= deadline {
+            tracing::debug!("closing a connection that missed its header or idle deadline");
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis((deadline - now).min(1_000))).await;
+    }
+}
+
+/// The socket, noting when bytes move.
+struct Metered {
+    inner: TcpStream,
+    activity: Arc<Activity>,
+}
+
+impl AsyncRead for Metered {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let before = buf.filled().len();
+        let result = Pin::new(&mut self.inner).poll_read(cx, buf);
+        if buf.filled().len() > before {
+            self.activity.read();
+        }
+        result
+    }
+}
+
+impl AsyncWrite for Metered {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        data: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let result = Pin::new(&mut self.inner).poll_write(cx, data);
+        if matches!(result, Poll::Ready(Ok(n)) if n > 0) {
+            self.activity.wrote();
+        }
+        result
+    }
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let result = Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
+        if matches!(result, Poll::Ready(Ok(n)) if n > 0) {
+            self.activity.wrote();
+        }
+        result
+    }
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+/// A response body that keeps its request "in progress" until it is done or dropped.
+struct Tracked {
+    body: Body,
+    _guard: InFlight,
+}
+
+impl HttpBody for Tracked {
+    type Data = Bytes;
+    type Error = axum::Error;
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, axum::Error>>> {
+        Pin::new(&mut self.body).poll_frame(cx)
+    }
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+    fn size_hint(&self) -> SizeHint {
+        self.body.size_hint()
+    }
+}
