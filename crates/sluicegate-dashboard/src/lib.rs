@@ -27,6 +27,8 @@
 //! # }
 //! ```
 
+#![deny(missing_docs)]
+
 mod health;
 mod recorder;
 pub mod sketch;

@@ -32,6 +32,9 @@ pub enum BuildError {
     /// A route is invalid.
     #[error(transparent)]
     Route(#[from] RouteError),
+    /// A route's pool, level or weight does not fit the pools added.
+    #[error(transparent)]
+    Pool(#[from] crate::pool::PoolBindError),
 }
 
 /// Builds a [`RateLimiter`].
@@ -64,6 +67,7 @@ pub struct RateLimiterBuilder {
     observer: Arc<dyn VerdictObserver>,
     extractor: Arc<dyn KeyExtractor>,
     store_timeout: Option<Duration>,
+    pools: Vec<Arc<crate::Pool>>,
     access: AccessList,
 }
 
@@ -80,8 +84,15 @@ impl RateLimiterBuilder {
             observer: Arc::new(NoObserver),
             extractor: Arc::new(RouteKey),
             store_timeout: None,
+            pools: Vec::new(),
             access: AccessList::default(),
         }
+    }
+
+    /// Adds a pool (`[[pools]]`) that routes name with [`RouteSpec::pool`].
+    pub fn pool(mut self, pool: Arc<crate::Pool>) -> Self {
+        self.pools.push(pool);
+        self
     }
 
     /// Adds a policy.
@@ -185,7 +196,8 @@ impl RateLimiterBuilder {
         Ok(
             RateLimiter::new(decider, routes, self.identity, self.header_sets)
                 .with_key_extractor(self.extractor)
-                .with_access(self.access),
+                .with_access(self.access)
+                .with_pools(&self.pools)?,
         )
     }
 }

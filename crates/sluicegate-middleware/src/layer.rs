@@ -144,7 +144,13 @@ where
             // future is dropped, the guard frees the leases; else the body does when it ends.
             let guard = decision.lease_guard();
             decision.wait().await;
+            // The slot is held until the inner service has produced its response.
+            let permit = match decision.enter_pool().await {
+                Ok(permit) => permit,
+                Err(rejected) => return Ok(rejected.response().map(Either::Right)),
+            };
             let mut response = inner.call(request).await?;
+            drop(permit);
             decision.write_headers(response.headers_mut());
             Ok(response.map(|body| Either::Left(LeaseBody::new(body, guard))))
         })

@@ -11,6 +11,8 @@
 //!   headers, `Retry-After`, and the 429 JSON response.
 //! - [`RateLimiter`]: route → key → store → `on_store_error` → observer → decision;
 //!   delay mode waits without holding a thread and refunds a cancelled request's slot.
+//! - [`Pool`]: fair throttling (`[[pools]]`): a route's admitted requests wait for a slot
+//!   shared by every client, by level shares and fair queuing per client key.
 //! - [`MetricsObserver`]: `sluicegate_decisions_total{policy, outcome}`.
 //!
 //! It is not a store (see `sluicegate-core`'s `MemoryStore` and `sluicegate-redis`) and does
@@ -34,7 +36,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
-#![warn(missing_docs)]
+#![deny(missing_docs)]
 
 pub mod access;
 pub mod builder;
@@ -47,6 +49,7 @@ pub mod lease;
 pub mod limiter;
 pub mod metrics;
 pub mod path;
+pub mod pool;
 pub mod route;
 
 pub use access::{Access, AccessList};
@@ -58,4 +61,5 @@ pub use layer::{PeerAddr, RateLimitLayer, RateLimitService};
 pub use lease::{LeaseBody, LeaseGuard};
 pub use limiter::{RateLimitDecision, RateLimiter, TokioTimer, WaitQueue};
 pub use metrics::MetricsObserver;
-pub use route::{KeySpec, Route, RouteError, RouteSpec, RouteTable};
+pub use pool::{PermitBody, Pool, PoolBindError, PoolPermit, PoolRejected};
+pub use route::{KeySpec, Route, RouteError, RoutePool, RouteSpec, RouteTable};

@@ -19,6 +19,7 @@ use crate::access::{ACCESS_TOTAL, Access, AccessList};
 use crate::builder::RateLimiterBuilder;
 use crate::headers::{self, HeaderSet};
 use crate::identity::{ClientIdentity, KeyContext, KeyExtractor, RouteKey};
+use crate::pool::{Pool, PoolBindError, PoolBinding, PoolPermit, PoolRejected};
 use crate::route::{Route, RouteTable};
 
 /// Decides requests: finds the route, forms the client key, asks the store, applies
@@ -59,6 +60,8 @@ pub struct RateLimiter {
     header_sets: Arc<[HeaderSet]>,
     extractor: Arc<dyn KeyExtractor>,
     last_store_warning: AtomicU64,
+    /// Each route's pool, by route index.
+    pools: Vec<Option<PoolBinding>>,
     access: AccessList,
     wait_queue: Option<Arc<WaitQueue>>,
 }
@@ -169,6 +172,7 @@ impl RateLimiter {
             header_sets: header_sets.into(),
             extractor: Arc::new(RouteKey),
             last_store_warning: AtomicU64::new(0),
+            pools: Vec::new(),
             wait_queue: None,
             access: AccessList::default(),
         }
@@ -195,6 +199,24 @@ impl RateLimiter {
     pub fn with_key_extractor(mut self, extractor: Arc<dyn KeyExtractor>) -> RateLimiter {
         self.extractor = extractor;
         self
+    }
+
+    /// Resolves every route's `pool` among `pools`; admitted requests of those routes then
+    /// wait for a slot with [`RateLimitDecision::enter_pool`].
+    pub fn with_pools(mut self, pools: &[Arc<Pool>]) -> Result<RateLimiter, PoolBindError> {
+        for (i, pool) in pools.iter().enumerate() {
+            if pools[..i].iter().any(|p| p.name() == pool.name()) {
+                return Err(PoolBindError::DuplicatePool(pool.name().to_owned()));
+            }
+        }
+        let mut bindings = vec![None; self.routes.routes().len()];
+        for route in self.routes.routes() {
+            if let Some(slot) = bindings.get_mut(route.index()) {
+                *slot = PoolBinding::resolve(route, pools)?;
+            }
+        }
+        self.pools = bindings;
+        Ok(self)
     }
 
     /// The store.
@@ -281,6 +303,7 @@ impl RateLimiter {
             header_sets: Arc::clone(&self.header_sets),
             wait_slot: None,
             forbidden: true,
+            pool: None,
         }
     }
 
@@ -328,6 +351,7 @@ impl RateLimiter {
             }
         }
         RateLimitDecision {
+            pool: self.pools.get(route.index()).cloned().flatten(),
             verdict,
             key,
             route_path: Arc::clone(route.path_arc()),
@@ -399,6 +423,7 @@ pub struct RateLimitDecision {
     policy_field: Option<HeaderValue>,
     store: Arc<dyn Store>,
     header_sets: Arc<[HeaderSet]>,
+    pool: Option<PoolBinding>,
     wait_slot: Option<Arc<WaitSlot>>,
     forbidden: bool,
 }
@@ -478,6 +503,17 @@ impl RateLimitDecision {
             return headers::forbidden_response();
         }
         headers::rejection_response(&self.header_sets, &self.verdict, status)
+    }
+
+    /// Waits for the route's pool slot (after [`wait`](Self::wait)): `Ok(None)` when the
+    /// route has no pool, `Ok(permit)` to hold while the upstream works (drop it when the
+    /// response ends), or the pool's 429 ([`PoolRejected::response`]). Cancel-safe:
+    /// dropping the future leaves the queue at once.
+    pub async fn enter_pool(&self) -> Result<Option<PoolPermit>, PoolRejected> {
+        match &self.pool {
+            Some(binding) if self.verdict.allowed => binding.acquire(&self.key).await.map(Some),
+            _ => Ok(None),
+        }
     }
 
     /// Waits for the request's reserved slot (delay mode; returns at once otherwise)

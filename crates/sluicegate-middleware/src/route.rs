@@ -180,6 +180,16 @@ pub struct RouteSpec {
     /// Clients (CIDRs) always refused (403) on this route, besides the server's `deny`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub deny: Vec<IpNet>,
+    /// The pool (`[[pools]]`) this route's admitted requests pass through; the key is
+    /// the flow.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pool: Option<String>,
+    /// The pool's level; needed when the pool has more than one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub level: Option<String>,
+    /// This route's flows get this many shares within the level (default 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub weight: Option<u32>,
 }
 
 impl RouteSpec {
@@ -194,7 +204,24 @@ impl RouteSpec {
             case_insensitive: false,
             allow: Vec::new(),
             deny: Vec::new(),
+            pool: None,
+            level: None,
+            weight: None,
         }
+    }
+
+    /// Sends the route's admitted requests through `pool` at `level` (`None`: the pool's
+    /// only level).
+    pub fn pool(mut self, pool: impl Into<String>, level: Option<&str>) -> Self {
+        self.pool = Some(pool.into());
+        self.level = level.map(str::to_owned);
+        self
+    }
+
+    /// Sets the weight of this route's flows within its pool level.
+    pub fn weight(mut self, weight: u32) -> Self {
+        self.weight = Some(weight);
+        self
     }
 
     /// Matches the path ignoring ASCII case.
@@ -295,6 +322,19 @@ pub struct Route {
     index: usize,
     policy_field: Option<HeaderValue>,
     access: Option<AccessList>,
+    pool: Option<RoutePool>,
+}
+
+/// A route's `pool`, `level` and `weight`, as written (resolved by
+/// [`RateLimiter::with_pools`](crate::RateLimiter::with_pools)).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RoutePool {
+    /// The pool's name.
+    pub pool: String,
+    /// The level, if named.
+    pub level: Option<String>,
+    /// Shares of each flow within the level.
+    pub weight: u32,
 }
 
 impl Route {
@@ -371,6 +411,11 @@ impl Route {
             index,
             access: (!spec.allow.is_empty() || !spec.deny.is_empty())
                 .then(|| AccessList::new(spec.allow.clone(), spec.deny.clone())),
+            pool: spec.pool.as_ref().map(|pool| RoutePool {
+                pool: pool.clone(),
+                level: spec.level.clone(),
+                weight: spec.weight.unwrap_or(1),
+            }),
         })
     }
 
@@ -405,6 +450,10 @@ impl Route {
     /// Its `RateLimit-Policy` header value (the `ietf` set), computed once.
     pub fn policy_field(&self) -> Option<&HeaderValue> {
         self.policy_field.as_ref()
+    }
+    /// The pool this route's requests pass through, if any.
+    pub fn pool(&self) -> Option<&RoutePool> {
+        self.pool.as_ref()
     }
     /// The route's position in the configuration.
     pub fn index(&self) -> usize {

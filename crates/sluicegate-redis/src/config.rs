@@ -19,7 +19,8 @@ use std::time::Duration;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RedisConfig {
     /// A standalone server: `redis://[user:password@]host:port[/db]`, or `rediss://…` for
-    /// TLS (append `#insecure` to skip certificate verification, for tests only).
+    /// TLS. (`#insecure`, which skips certificate verification, works only in test builds:
+    /// the `test-util` feature.)
     pub url: Option<String>,
     /// Redis Cluster seed nodes, e.g. `["redis://127.0.0.1:7000"]`.
     pub cluster: Vec<String>,

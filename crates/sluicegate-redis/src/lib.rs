@@ -35,6 +35,8 @@
 //! # Ok(()) }
 //! ```
 
+#![deny(missing_docs)]
+
 mod breaker;
 mod cache;
 mod coalesce;

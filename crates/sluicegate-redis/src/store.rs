@@ -147,7 +147,8 @@ impl RedisStore {
         self.inner.link.is_connected()
     }
 
-    /// Test hook: [`Store::check`] with the script's clock set to `now` (µs) instead of the
+    #[cfg(feature = "test-util")]
+    /// Test hook (`test-util` feature only): [`Store::check`] with the script's clock set to `now` (µs) instead of the
     /// Redis server's `TIME`, for deterministic comparisons with the in-memory store.
     #[doc(hidden)]
     pub async fn check_at(
@@ -158,7 +159,8 @@ impl RedisStore {
         self.inner.check(request, Some(now)).await
     }
 
-    /// Test hook: [`Store::check_keyed`] at `now` (µs).
+    #[cfg(feature = "test-util")]
+    /// Test hook (`test-util` feature only): [`Store::check_keyed`] at `now` (µs).
     #[doc(hidden)]
     pub async fn check_keyed_at(
         &self,
@@ -168,7 +170,8 @@ impl RedisStore {
         self.inner.check_keyed(items, Some(now)).await
     }
 
-    /// Test hook: [`Store::check_batch`] at `now` (µs).
+    #[cfg(feature = "test-util")]
+    /// Test hook (`test-util` feature only): [`Store::check_batch`] at `now` (µs).
     #[doc(hidden)]
     pub async fn check_batch_at(
         &self,
@@ -178,7 +181,8 @@ impl RedisStore {
         self.inner.check_batch(requests, Some(now)).await
     }
 
-    /// Test hook: [`Store::refund`] at `now` (µs).
+    #[cfg(feature = "test-util")]
+    /// Test hook (`test-util` feature only): [`Store::refund`] at `now` (µs).
     #[doc(hidden)]
     pub async fn refund_at(
         &self,

@@ -272,3 +272,125 @@ async fn sliding_window_beyond_double_precision() {
         );
     }
 }
+
+/// A period so long (about 115 days) that no window boundary or refill falls within a test
+/// run, so the Redis server's clock and the in-memory store's wall clock, though not the
+/// same clock, give the same verdicts.
+const LONG: Duration = Duration::from_secs(10_000_000);
+
+/// The production entry point: `Store::check` (Redis server's `TIME`, calls coalesced into
+/// batches when they overlap), `check_batch` and `check_keyed`, for every algorithm and
+/// mode, against the in-memory store on the wall clock. Sequential requests must agree on
+/// every number but the times; concurrent ones on how many are admitted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_production_path_decides_like_the_core_for_every_algorithm() {
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    let redis = Arc::new(redis::store(&server.url(), "prod").await);
+    for kind in AlgorithmKind::ALL {
+        for mode in [Mode::Reject, Mode::Shadow, Mode::Delay] {
+            if mode == Mode::Delay && !kind.supports_delay() {
+                continue;
+            }
+            let name = format!("{}-{}", kind.name(), mode.name());
+            let policy = Arc::new(
+                Policy::builder(&name, kind, 5, LONG)
+                    .mode(mode)
+                    .max_delay(Duration::ZERO)
+                    .build()
+                    .unwrap(),
+            );
+            production_agrees(&redis, policy).await;
+        }
+    }
+}
+
+async fn production_agrees(redis: &Arc<RedisStore>, policy: Arc<Policy>) {
+    let memory = MemoryStore::new(1_000);
+    let policies = [Arc::clone(&policy)];
+    let what = policy.name().to_owned();
+    // Sequential: costs 2, 2, 1 (the last one admitted exactly), then 1 denied, a read.
+    for cost in [2, 2, 1, 1, 0] {
+        let request = CheckRequest::new(&policies, "seq", cost);
+        let got = redis.check(request).await.unwrap();
+        let want = memory.check(request).await.unwrap();
+        assert_eq!(got.allowed, want.allowed, "{what} cost {cost}");
+        let (g, w) = (&got.decisions[0], &want.decisions[0]);
+        assert_eq!(g.decision.allowed, w.decision.allowed, "{what} cost {cost}");
+        assert_eq!(
+            g.decision.remaining, w.decision.remaining,
+            "{what} cost {cost}"
+        );
+        assert_eq!(g.outcome, w.outcome, "{what} cost {cost}");
+        assert_eq!(
+            g.decision.retry_after.is_some(),
+            w.decision.retry_after.is_some(),
+            "{what} cost {cost}"
+        );
+        // The sliding window may need the rest of this window and all of the next.
+        assert!(g.decision.reset_after <= 2 * policy.period(), "{what}");
+    }
+    // Concurrent: 12 overlapping calls (coalesced into batches) on a fresh key; exactly
+    // as many admitted as the in-memory store admits, which is the limit when enforcing.
+    let calls = (0..12).map(|_| {
+        let redis = Arc::clone(redis);
+        let policies = policies.clone();
+        tokio::spawn(async move {
+            let request = CheckRequest::new(&policies, "burst", 1);
+            redis.check(request).await.unwrap().decisions[0]
+                .decision
+                .allowed
+        })
+    });
+    let mut admitted = 0;
+    for call in calls.collect::<Vec<_>>() {
+        admitted += usize::from(call.await.unwrap());
+    }
+    let mut want = 0;
+    for _ in 0..12 {
+        let request = CheckRequest::new(&policies, "burst", 1);
+        want += usize::from(
+            memory.check(request).await.unwrap().decisions[0]
+                .decision
+                .allowed,
+        );
+    }
+    assert_eq!(admitted, want, "{what}: concurrent admissions");
+    if policy.mode() != Mode::Delay {
+        assert_eq!(want, 5, "{what}");
+    }
+    // A batch and a keyed check, two keys in one step.
+    let batch = [
+        CheckRequest::new(&policies, "b1", 3),
+        CheckRequest::new(&policies, "b1", 3),
+        CheckRequest::new(&policies, "b2", 5),
+    ];
+    let got: Vec<_> = redis
+        .check_batch(&batch)
+        .await
+        .into_iter()
+        .map(Result::unwrap)
+        .collect();
+    for (request, got) in batch.iter().zip(got) {
+        let want = memory.check(*request).await.unwrap();
+        assert_eq!(got.allowed, want.allowed, "{what} batch");
+        assert_eq!(
+            got.decisions[0].decision.remaining, want.decisions[0].decision.remaining,
+            "{what} batch"
+        );
+    }
+    let items = [
+        KeyedCheck::new(&policy, "k1", 4),
+        KeyedCheck::new(&policy, "k2", 4),
+    ];
+    for _ in 0..2 {
+        let got = redis.check_keyed(&items).await.unwrap();
+        let want = memory.check_keyed(&items).await.unwrap();
+        assert_eq!(got.allowed, want.allowed, "{what} keyed");
+        let remaining = |v: &sluicegate_core::Verdict| -> Vec<u64> {
+            v.decisions.iter().map(|d| d.decision.remaining).collect()
+        };
+        assert_eq!(remaining(&got), remaining(&want), "{what} keyed");
+    }
+}

@@ -25,7 +25,8 @@ use crate::state::AppState;
 /// `server.forward_auth_deny_status` (default 429) with `Retry-After`, the rate-limit
 /// headers and the rejection JSON. Without the URI header, 400: a proxy that does not send
 /// it is misconfigured, and admitting would fail open.
-#[utoipa::path(get, path = "/v1/forward-auth", tag = "forward-auth",
+// Every method: proxies send the auth subrequest with the client's (nginx) or their own.
+#[utoipa::path(method(get, post, put, delete, options, head, patch, trace), path = "/v1/forward-auth", tag = "forward-auth",
     params(
         ("X-Original-URI" = String, Header, pattern = "^/", description = "The client's request target, origin form (`/path?query`; nginx $request_uri). With forward_auth_source = x-forwarded it is X-Forwarded-Uri instead: /openapi.json shows the pair this server reads"),
         ("X-Original-Method" = Option<String>, Header, pattern = "^[!#$%&'*+.^_`|~0-9A-Za-z-]+$", description = "The client's method (or X-Forwarded-Method). Default: this request's method"),

@@ -20,6 +20,7 @@ use axum::response::{IntoResponse, Response};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
+use sluicegate_middleware::PermitBody;
 use tokio::net::TcpSocket;
 
 use std::sync::Arc;
@@ -199,12 +200,18 @@ async fn proxy(
     // Concurrency leases are held until the response body ends or is dropped (the client
     // went away), or freed here if the upstream fails.
     let mut guard = None;
+    let mut permit = None;
     if let Some(decision) = &decision {
         if !decision.is_allowed() {
             return decision.rejection().map(Body::new);
         }
         guard = decision.lease_guard();
         decision.wait().await;
+        // The route's pool slot, held until the response body has been sent.
+        permit = match decision.enter_pool().await {
+            Ok(permit) => permit,
+            Err(rejected) => return rejected.response().map(Body::new),
+        };
     }
     let (mut parts, body) = request.into_parts();
     parts.uri = match upstream_uri(&upstream, &parts.uri) {
@@ -239,7 +246,10 @@ async fn proxy(
     if let Some(decision) = &decision {
         decision.write_headers(&mut parts.headers);
     }
-    Response::from_parts(parts, Body::new(LeaseBody::new(body, guard)))
+    Response::from_parts(
+        parts,
+        Body::new(LeaseBody::new(PermitBody::new(body, permit), guard)),
+    )
 }
 
 /// The upstream's scheme and authority, its base path, then the request's path and query.

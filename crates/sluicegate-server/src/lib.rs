@@ -14,7 +14,7 @@
 //! - [`serve`]: listeners, signals, graceful shutdown; [`reload`]: the config watcher;
 //! - [`metrics`]: Prometheus; [`envoy`]: the Envoy rate limit service hook.
 
-#![warn(missing_docs)]
+#![deny(missing_docs)]
 
 pub mod api;
 pub mod app;

@@ -29,6 +29,14 @@ pub fn install() -> Option<PrometheusHandle> {
                         0.025, 0.05, 0.1, 0.25, 1.0,
                     ],
                 )
+                .ok()?
+                .set_buckets_for_metric(
+                    Matcher::Full(sluicegate_middleware::pool::WAIT_SECONDS.to_owned()),
+                    &[
+                        0.0, 0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+                        30.0,
+                    ],
+                )
                 .ok()?;
             let handle = builder.install_recorder().ok()?;
             metrics::describe_counter!(DECISIONS_TOTAL, "Decided requests by policy and outcome");

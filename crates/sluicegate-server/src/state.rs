@@ -3,12 +3,12 @@
 //! they started with).
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use arc_swap::ArcSwap;
 use sluicegate_core::{Decider, MemoryStore, Policy, Store, VerdictObserver};
 use sluicegate_middleware::{
-    AccessList, ClientIdentity, HeaderSet, RateLimiter, RouteTable, WaitQueue,
+    AccessList, ClientIdentity, HeaderSet, Pool, RateLimiter, RouteTable, WaitQueue,
 };
 
 use crate::config::Config;
@@ -22,6 +22,8 @@ pub struct Runtime {
     pub header_sets: Vec<HeaderSet>,
     /// The engine that forward-auth and the gateway decide requests with.
     pub limiter: Arc<RateLimiter>,
+    /// The `[[pools]]` the routes send requests through.
+    pub pools: Vec<Arc<Pool>>,
     by_name: HashMap<String, Arc<Policy>>,
 }
 
@@ -32,6 +34,7 @@ impl Runtime {
         config: Config,
         decider: Decider,
         wait_queue: &Arc<WaitQueue>,
+        registry: &PoolRegistry,
     ) -> Result<Self, String> {
         let by_name: HashMap<String, Arc<Policy>> = config
             .policies
@@ -47,14 +50,18 @@ impl Runtime {
         .with_header(config.server.client_ip_header);
         let header_sets = config.server.headers.clone();
         wait_queue.set_max(config.server.max_waiting);
+        let pools = registry.pools(&config.pools);
         let access = AccessList::new(config.server.allow.clone(), config.server.deny.clone());
         let limiter = RateLimiter::new(decider, routes, identity, header_sets.clone())
             .with_access(access)
-            .with_wait_queue(Arc::clone(wait_queue));
+            .with_wait_queue(Arc::clone(wait_queue))
+            .with_pools(&pools)
+            .map_err(|e| e.to_string())?;
         Ok(Runtime {
             config,
             header_sets,
             limiter: Arc::new(limiter),
+            pools,
             by_name,
         })
     }
@@ -62,6 +69,33 @@ impl Runtime {
     /// A loaded policy by name.
     pub fn policy(&self, name: &str) -> Option<&Arc<Policy>> {
         self.by_name.get(name)
+    }
+}
+
+/// The pools of the running configuration, kept across reloads: a pool whose table is
+/// unchanged is the same pool afterwards (its slots, queue and adaptive limit carry on);
+/// a changed one starts afresh (requests holding the old one's slots finish there).
+#[derive(Debug, Clone, Default)]
+pub struct PoolRegistry {
+    pools: Arc<Mutex<HashMap<String, Arc<Pool>>>>,
+}
+
+impl PoolRegistry {
+    /// The pools for `specs`, reusing unchanged ones; forgets the others.
+    pub fn pools(&self, specs: &[sluicegate_throttle::ValidPool]) -> Vec<Arc<Pool>> {
+        let mut known = self.pools.lock().unwrap_or_else(PoisonError::into_inner);
+        let pools: Vec<Arc<Pool>> = specs
+            .iter()
+            .map(|spec| match known.get(spec.name()) {
+                Some(pool) if pool.spec() == spec => Arc::clone(pool),
+                _ => Pool::new(spec.clone()),
+            })
+            .collect();
+        *known = pools
+            .iter()
+            .map(|p| (p.name().to_owned(), Arc::clone(p)))
+            .collect();
+        pools
     }
 }
 
@@ -91,6 +125,8 @@ pub struct AppState {
     envoy_print: Arc<std::sync::Mutex<Option<u64>>>,
     /// Delayed requests waiting at once (`server.max_waiting`), across reloads.
     pub wait_queue: Arc<WaitQueue>,
+    /// Pools by name, kept across reloads.
+    pub pools: PoolRegistry,
 }
 
 impl AppState {
@@ -103,7 +139,8 @@ impl AppState {
     ) -> Result<Self, String> {
         let decider = Decider::new(Arc::clone(&store)).with_observer(Arc::clone(&observer));
         let wait_queue = WaitQueue::new(config.server.max_waiting);
-        let runtime = Runtime::new(config, decider.clone(), &wait_queue)?;
+        let pools = PoolRegistry::default();
+        let runtime = Runtime::new(config, decider.clone(), &wait_queue, &pools)?;
         let state = AppState {
             wait_queue,
             runtime: Arc::new(ArcSwap::from_pointee(runtime)),
@@ -112,6 +149,7 @@ impl AppState {
             observer,
             decider,
             envoy: sluicegate_envoy::SharedConfig::default(),
+            pools,
             envoy_print: Arc::default(),
         };
         state
@@ -128,7 +166,7 @@ impl AppState {
     /// Installs a new configuration. Unchanged policies keep their state (the memory store
     /// keys its tables by the policy's full definition); removed or changed ones are dropped.
     pub fn apply(&self, config: Config) -> Result<(), String> {
-        let runtime = Runtime::new(config, self.decider.clone(), &self.wait_queue)?;
+        let runtime = Runtime::new(config, self.decider.clone(), &self.wait_queue, &self.pools)?;
         self.runtime.store(Arc::new(runtime));
         // The TOML was validated with its [envoy] files; a file edited since is caught here.
         if let Err(errors) = self.reload_envoy() {

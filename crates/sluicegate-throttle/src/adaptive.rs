@@ -8,10 +8,13 @@
 //! `max(limit, 8)` responses — about one round trip's worth at the current limit. At the
 //! end of each window, with `rtt` the window's mean:
 //!
-//! 1. **Floor.** `floor = rtt` if `rtt < floor` (or it is the first window); otherwise the
-//!    floor drifts up by `(rtt - floor) / 128`, so that a permanently slower upstream is
-//!    eventually accepted as the new normal (Envoy re-measures its minimum RTT every
-//!    interval instead; drifting avoids the periodic dip to the minimum limit).
+//! 1. **Floor.** `floor = rtt` if `rtt < floor` (or it is the first window). Otherwise,
+//!    only while the limit is already at `min_concurrency`, the floor drifts up by
+//!    `(rtt - floor) / 128`: latency that stays high at the minimum is not the pool's doing,
+//!    and a permanently slower upstream is eventually accepted as the new normal (Envoy
+//!    re-measures its minimum RTT at intervals by dropping to the minimum instead). The floor
+//!    never drifts above the minimum, so the pool's own load — which raises latency with
+//!    concurrency — cannot ratchet it up.
 //! 2. **Too slow** (`rtt > 1.5 × floor`): `limit = limit × max(0.5, 1.5 × floor / rtt)`,
 //!    rounded down and at least one less (multiplicative decrease, at most halving a window).
 //! 3. **Healthy and used** (`rtt ≤ 1.5 × floor`, and at some point in the window every slot
@@ -31,7 +34,7 @@ const TOLERANCE_NUM: u64 = 3;
 const TOLERANCE_DEN: u64 = 2;
 /// A window is at least this many samples.
 const MIN_WINDOW: u32 = 8;
-/// The floor moves up by 1/DRIFT of the gap each window where latency is above it.
+/// At the minimum limit, the floor moves up by 1/DRIFT of the gap each window.
 const DRIFT: u64 = 128;
 /// The limit an adaptive pool starts at (clamped to its bounds).
 pub const INITIAL_LIMIT: u32 = 16;
@@ -93,7 +96,8 @@ impl AdaptiveLimit {
         self.count = 0;
         self.saturated = false;
         let floor = match self.floor {
-            Some(floor) if rtt >= floor => floor + (rtt - floor) / DRIFT,
+            Some(floor) if rtt >= floor && self.limit == self.min => floor + (rtt - floor) / DRIFT,
+            Some(floor) if rtt >= floor => floor,
             _ => rtt,
         };
         self.floor = Some(floor);
@@ -171,7 +175,7 @@ mod tests {
         windows(&mut l, 10_000, 1);
         windows(&mut l, 40_000, 1000);
         let floor = l.floor().unwrap();
-        assert!(floor > 30_000, "{floor}");
+        assert!(floor > 25_000, "{floor}: within 1.5× of the new normal");
         // Once the floor has caught up, the limit grows again.
         windows(&mut l, 40_000, 20);
         assert_eq!(l.limit(), 8);

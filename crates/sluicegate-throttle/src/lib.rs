@@ -25,7 +25,7 @@
 //! # Ok::<(), sluicegate_throttle::PoolError>(())
 //! ```
 
-#![warn(missing_docs)]
+#![deny(missing_docs)]
 
 pub mod adaptive;
 pub mod scheduler;

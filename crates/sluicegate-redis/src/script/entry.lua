@@ -3,7 +3,8 @@
 -- files (see mod.rs).
 --
 -- KEYS: one state key per item (a policy of a request), in order.
--- ARGV[1]  "" to read the time from the Redis server (TIME), or a test-only time in µs
+-- ARGV[1]  always "" in production: the time is the Redis server's (clock.lua); test
+--          builds (test_clock.lua) may put a caller's time in µs here
 -- ARGV[2]  "check" or "refund"
 -- ARGV[3]  number of distinct policies P, then P times 7 fields:
 --          algorithm (1..7), shadow (0/1), limit, period, burst, max_delay (-1: not delay mode),
@@ -21,18 +22,7 @@
 
 local CONSTRUCTORS = { fixed_window, sliding_log, sliding_window, token_bucket, leaky_bucket, gcra, concurrency }
 
-local now
-if ARGV[1] ~= '' then
-  now = tonumber(ARGV[1])
-  -- Test time runs apart from the real clock; keep the keys alive meanwhile.
-  TTL_EXTRA_MS = 600000
-else
-  if redis.replicate_commands then
-    redis.replicate_commands() -- needed before TIME on Redis < 5; a no-op since
-  end
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-end
+local now = script_now()
 
 -- The policies, each parsed once however many requests of the batch use it.
 local built = {}

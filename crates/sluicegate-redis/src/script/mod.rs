@@ -13,26 +13,41 @@ use sluicegate_core::{Decision, Micros, Policy, StoreError, Verdict};
 
 use crate::range::Params;
 
-/// The entry script: shared helpers, the seven algorithms, the dispatcher.
-pub(crate) const SOURCE: &str = concat!(
-    include_str!("common.lua"),
-    "\n",
-    include_str!("fixed_window.lua"),
-    "\n",
-    include_str!("sliding_log.lua"),
-    "\n",
-    include_str!("sliding_window.lua"),
-    "\n",
-    include_str!("token_bucket.lua"),
-    "\n",
-    include_str!("leaky_bucket.lua"),
-    "\n",
-    include_str!("gcra.lua"),
-    "\n",
-    include_str!("concurrency.lua"),
-    "\n",
-    include_str!("entry.lua"),
-);
+/// The entry script from its parts: shared helpers, the seven algorithms, the clock, the
+/// dispatcher; `$clock` is the clock file(s).
+macro_rules! entry_source {
+    ($($clock:literal),+) => {
+        concat!(
+            include_str!("common.lua"),
+            "\n",
+            include_str!("fixed_window.lua"),
+            "\n",
+            include_str!("sliding_log.lua"),
+            "\n",
+            include_str!("sliding_window.lua"),
+            "\n",
+            include_str!("token_bucket.lua"),
+            "\n",
+            include_str!("leaky_bucket.lua"),
+            "\n",
+            include_str!("gcra.lua"),
+            "\n",
+            include_str!("concurrency.lua"),
+            "\n",
+            $(include_str!($clock), "\n",)+
+            include_str!("entry.lua"),
+        )
+    };
+}
+
+/// The entry script. The time is always the Redis server's `TIME` (`clock.lua`).
+#[cfg(not(feature = "test-util"))]
+pub(crate) const SOURCE: &str = entry_source!("clock.lua");
+
+/// The entry script of test builds: `test_clock.lua` also accepts a caller's time, for the
+/// differential tests. The `test-util` feature is enabled by dev-dependencies only.
+#[cfg(feature = "test-util")]
+pub(crate) const SOURCE: &str = entry_source!("clock.lua", "test_clock.lua");
 
 /// Integers the script returns per item of a check.
 const REPLY_WIDTH: usize = 6;

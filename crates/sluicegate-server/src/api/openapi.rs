@@ -66,15 +66,22 @@ pub async fn openapi_json(State(state): State<AppState>) -> Json<utoipa::openapi
             ("X-Forwarded-For", client_ip_header(server.client_ip_header)),
         ],
     };
-    let operation = doc
-        .paths
-        .paths
-        .get_mut("/v1/forward-auth")
-        .and_then(|item| item.get.as_mut());
-    if let Some(parameters) = operation.and_then(|op| op.parameters.as_mut()) {
-        for parameter in parameters {
-            if let Some((_, to)) = renames.iter().find(|(from, _)| parameter.name == *from) {
-                parameter.name = (*to).to_owned();
+    if let Some(item) = doc.paths.paths.get_mut("/v1/forward-auth") {
+        let operations = [
+            &mut item.get,
+            &mut item.post,
+            &mut item.put,
+            &mut item.delete,
+            &mut item.options,
+            &mut item.head,
+            &mut item.patch,
+            &mut item.trace,
+        ];
+        for operation in operations.into_iter().flatten() {
+            for parameter in operation.parameters.iter_mut().flatten() {
+                if let Some((_, to)) = renames.iter().find(|(from, _)| parameter.name == *from) {
+                    parameter.name = (*to).to_owned();
+                }
             }
         }
     }

@@ -16,13 +16,41 @@ pub struct CheckBody {
     /// The client key, 1 to 1024 bytes (e.g. a user id or an IP address).
     pub key: String,
     /// The request's weight; 0 reads without consuming. Default 1.
-    #[serde(default = "one")]
+    #[serde(default = "one", deserialize_with = "whole_number")]
     #[schema(default = 1, minimum = 0)]
     pub cost: u64,
 }
 
 fn one() -> u64 {
     1
+}
+
+/// A non-negative whole number, also when written `12.0`: JSON Schema's `integer` is any
+/// number without a fractional part, and a request valid by the spec is not refused.
+/// `1.5`, `-1` and numbers beyond 2^53 written as floats are errors.
+fn whole_number<'de, D: Deserializer<'de>>(deserializer: D) -> Result<u64, D::Error> {
+    struct Whole;
+    impl Visitor<'_> for Whole {
+        type Value = u64;
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("a non-negative whole number")
+        }
+        fn visit_u64<E: de::Error>(self, v: u64) -> Result<u64, E> {
+            Ok(v)
+        }
+        fn visit_i64<E: de::Error>(self, v: i64) -> Result<u64, E> {
+            u64::try_from(v).map_err(|_| E::custom("cost must not be negative"))
+        }
+        fn visit_f64<E: de::Error>(self, v: f64) -> Result<u64, E> {
+            const EXACT: f64 = 9_007_199_254_740_992.0; // 2^53
+            if v.fract() == 0.0 && (0.0..=EXACT).contains(&v) {
+                Ok(v as u64)
+            } else {
+                Err(E::custom("cost must be a non-negative whole number"))
+            }
+        }
+    }
+    deserializer.deserialize_any(Whole)
 }
 
 /// `POST /v1/check` batch body: independent decisions, answered in order.

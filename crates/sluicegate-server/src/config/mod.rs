@@ -32,6 +32,8 @@ pub struct Config {
     pub policies: Vec<Arc<Policy>>,
     /// `[[routes]]`, in file order.
     pub routes: Vec<RouteSpec>,
+    /// `[[pools]]` (fair throttling), in file order; names are unique.
+    pub pools: Vec<sluicegate_throttle::ValidPool>,
     /// `[gateway]`: the reverse proxy, when configured.
     pub gateway: Option<GatewayConfig>,
     /// `[envoy]`: the Envoy rate limit service, when configured.

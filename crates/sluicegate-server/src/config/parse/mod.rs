@@ -26,10 +26,13 @@ use super::{
 };
 
 mod policies;
+mod pools;
 mod routes;
 mod sections;
 
-const TOP: &[&str] = &["server", "store", "policies", "routes", "gateway", "envoy"];
+const TOP: &[&str] = &[
+    "server", "store", "policies", "routes", "pools", "gateway", "envoy",
+];
 const SERVER: &[&str] = &[
     "listen",
     "trusted_proxies",
@@ -78,6 +81,18 @@ const ROUTE: &[&str] = &[
     "case_insensitive",
     "allow",
     "deny",
+    "pool",
+    "level",
+    "weight",
+];
+const POOL: &[&str] = &[
+    "name",
+    "concurrency",
+    "min_concurrency",
+    "max_concurrency",
+    "queue",
+    "max_wait",
+    "levels",
 ];
 const GATEWAY: &[&str] = &["listen", "upstream", "upstream_timeout"];
 const ENVOY: &[&str] = &[
@@ -119,7 +134,8 @@ pub(super) fn parse(text: &str, path: &Path) -> Result<Config, Diagnostics> {
     if let Some(store) = &store {
         r.store_can_decide(store, &policies);
     }
-    let routes = r.routes(root.get("routes"), &policies, root_span.clone());
+    let pools = r.pools(root.get("pools"));
+    let routes = r.routes(root.get("routes"), &policies, &pools, root_span.clone());
     let gateway = r
         .section(&root, "gateway")
         .and_then(|(t, s)| r.gateway(t, s));
@@ -139,6 +155,7 @@ pub(super) fn parse(text: &str, path: &Path) -> Result<Config, Diagnostics> {
             store,
             policies: policies.into_iter().map(|(p, _)| p).collect(),
             routes,
+            pools,
             gateway,
             envoy,
         }),

@@ -7,6 +7,7 @@ impl Reader<'_> {
         &mut self,
         value: Option<&Value<'_>>,
         policies: &[(Arc<Policy>, Range<usize>)],
+        pools: &[sluicegate_throttle::ValidPool],
         _root: Range<usize>,
     ) -> Vec<RouteSpec> {
         let Some(value) = value else {
@@ -17,7 +18,7 @@ impl Reader<'_> {
         };
         let mut out = Vec::new();
         for (t, span) in entries {
-            if let Some(route) = self.route(t, span, policies) {
+            if let Some(route) = self.route(t, span, policies, pools) {
                 out.push(route);
             }
         }
@@ -29,6 +30,7 @@ impl Reader<'_> {
         t: &DeTable<'_>,
         span: Range<usize>,
         policies: &[(Arc<Policy>, Range<usize>)],
+        pools: &[sluicegate_throttle::ValidPool],
     ) -> Option<RouteSpec> {
         let what = "route";
         self.unknown(t, "[[routes]]", ROUTE);
@@ -132,6 +134,8 @@ impl Reader<'_> {
                 ),
             }
         }
+        let route_path = path.as_ref().map_or(String::new(), |p| p.get_ref().clone());
+        let (pool, level, weight) = self.route_pool(t, &route_path, pools);
         let allow = self.cidrs(t, "allow", what).unwrap_or_default();
         let deny = self.cidrs(t, "deny", what).unwrap_or_default();
         if self.c_len() > before
@@ -151,6 +155,9 @@ impl Reader<'_> {
             policies: names,
             key,
             case_insensitive,
+            pool,
+            level,
+            weight,
             allow,
             deny,
         };

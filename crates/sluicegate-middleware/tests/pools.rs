@@ -1,0 +1,197 @@
+//! Pools through the tower layer, over real HTTP on loopback: the handler counts what it
+//! sees and holds every request until the test lets it go, so nothing here depends on
+//! timing — the test polls the counts it waits for.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::Router;
+use axum::http::HeaderMap;
+use axum::routing::any;
+use sluicegate_core::{AlgorithmKind, MemoryStore};
+use sluicegate_middleware::{KeySpec, Pool, RateLimitLayer, RateLimiter, RejectionBody, RouteSpec};
+use sluicegate_throttle::PoolSpec;
+use tokio::sync::Semaphore;
+
+/// What the upstream (the handler) saw.
+struct Upstream {
+    in_flight: AtomicUsize,
+    peak: AtomicUsize,
+    entered: Mutex<Vec<String>>,
+    gate: Arc<Semaphore>,
+}
+
+async fn serve(pool: Arc<Pool>) -> (String, Arc<Upstream>) {
+    let limiter = RateLimiter::builder(Arc::new(MemoryStore::new(10_000)))
+        .policy(sluicegate_testkit::policy(
+            "open",
+            AlgorithmKind::TokenBucket,
+            1_000_000,
+            Duration::from_secs(1),
+        ))
+        .route(
+            RouteSpec::new("/", &["open"])
+                .key(KeySpec::Header("x-client".parse().unwrap()))
+                .pool("backend", None),
+        )
+        .pool(pool)
+        .build()
+        .unwrap();
+    let upstream = Arc::new(Upstream {
+        in_flight: AtomicUsize::new(0),
+        peak: AtomicUsize::new(0),
+        entered: Mutex::new(Vec::new()),
+        gate: Arc::new(Semaphore::new(0)),
+    });
+    let seen = Arc::clone(&upstream);
+    let app = Router::new()
+        .fallback(any(move |headers: HeaderMap| {
+            let up = Arc::clone(&seen);
+            async move {
+                let now = up.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+                up.peak.fetch_max(now, Ordering::SeqCst);
+                let client = headers["x-client"].to_str().unwrap().to_owned();
+                up.entered.lock().unwrap().push(client);
+                up.gate.acquire().await.unwrap().forget();
+                up.in_flight.fetch_sub(1, Ordering::SeqCst);
+                "ok"
+            }
+        }))
+        .layer(RateLimitLayer::new(limiter));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        axum::serve(
+            listener,
+            app.into_make_service_with_connect_info::<SocketAddr>(),
+        )
+        .await
+        .unwrap();
+    });
+    (format!("http://{addr}/work"), upstream)
+}
+
+fn send(url: &str, client: &str) -> tokio::task::JoinHandle<reqwest::Response> {
+    let (url, client) = (url.to_owned(), client.to_owned());
+    tokio::spawn(async move {
+        reqwest::Client::new()
+            .get(url)
+            .header("x-client", client)
+            .send()
+            .await
+            .unwrap()
+    })
+}
+
+/// Polls `cond` until it holds (30 s at most, then the test fails saying `what`).
+async fn until(what: &str, cond: impl Fn() -> bool) {
+    for _ in 0..3_000 {
+        if cond() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("never happened: {what}");
+}
+
+fn pool(concurrency: u32, queue: usize, max_wait: Duration) -> Arc<Pool> {
+    let spec = PoolSpec::fixed("backend", concurrency)
+        .queue(queue)
+        .max_wait_micros(max_wait.as_micros() as u64);
+    Pool::new(spec.validate().unwrap())
+}
+
+#[tokio::test]
+async fn holds_the_upstream_at_its_concurrency_queues_the_rest_and_refuses_beyond() {
+    let pool = pool(2, 3, Duration::from_secs(3600));
+    let (url, up) = serve(Arc::clone(&pool)).await;
+    let waiting: Vec<_> = (0..5).map(|i| send(&url, &format!("c{i}"))).collect();
+    until("2 at the upstream, 3 queued", || {
+        up.in_flight.load(Ordering::SeqCst) == 2 && pool.load().1 == 3
+    })
+    .await;
+    let refused = send(&url, "late").await.unwrap();
+    assert_eq!(refused.status(), 429);
+    let retry: u64 = refused.headers()["retry-after"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(retry >= 1);
+    let body: RejectionBody = refused.json().await.unwrap();
+    assert_eq!(
+        (body.error.as_str(), body.policy.as_str()),
+        ("rate_limit_exceeded", "backend")
+    );
+    assert_eq!(body.retry_after_seconds, retry);
+    up.gate.add_permits(5);
+    for w in waiting {
+        assert_eq!(w.await.unwrap().status(), 200);
+    }
+    assert_eq!(up.peak.load(Ordering::SeqCst), 2);
+    assert_eq!(pool.load(), (0, 0, 2));
+    assert_eq!(pool.levels()[0].rejected_full, 1);
+}
+
+#[tokio::test]
+async fn a_light_client_goes_before_a_heavy_clients_backlog() {
+    let pool = pool(2, 100, Duration::from_secs(3600));
+    let (url, up) = serve(Arc::clone(&pool)).await;
+    let heavy: Vec<_> = (0..20).map(|_| send(&url, "heavy")).collect();
+    until("heavy fills the pool", || pool.load().1 == 18).await;
+    let light = send(&url, "light");
+    until("light queued", || pool.load().1 == 19).await;
+    // One slot frees: it goes to the light client, not the heavy one's 18 waiting.
+    up.gate.add_permits(1);
+    until("third request entered", || {
+        up.entered.lock().unwrap().len() == 3
+    })
+    .await;
+    assert_eq!(up.entered.lock().unwrap()[2], "light");
+    up.gate.add_permits(100);
+    assert_eq!(light.await.unwrap().status(), 200);
+    for h in heavy {
+        assert_eq!(h.await.unwrap().status(), 200);
+    }
+    assert_eq!(up.peak.load(Ordering::SeqCst), 2);
+}
+
+#[tokio::test]
+async fn a_waiting_request_whose_client_leaves_leaves_the_queue() {
+    let pool = pool(1, 10, Duration::from_secs(3600));
+    let (url, up) = serve(Arc::clone(&pool)).await;
+    let first = send(&url, "a");
+    until("a at the upstream", || {
+        up.in_flight.load(Ordering::SeqCst) == 1
+    })
+    .await;
+    let gone = send(&url, "b");
+    until("b queued", || pool.load().1 == 1).await;
+    gone.abort();
+    until("b left the queue", || pool.load().1 == 0).await;
+    assert_eq!(pool.levels()[0].cancelled, 1);
+    up.gate.add_permits(1);
+    assert_eq!(first.await.unwrap().status(), 200);
+    until("the slot is free", || pool.load().0 == 0).await;
+    assert_eq!(*up.entered.lock().unwrap(), vec!["a".to_owned()]);
+}
+
+#[tokio::test]
+async fn a_request_waiting_past_max_wait_gets_429() {
+    let pool = pool(1, 10, Duration::from_millis(100));
+    let (url, up) = serve(Arc::clone(&pool)).await;
+    let first = send(&url, "a");
+    until("a at the upstream", || {
+        up.in_flight.load(Ordering::SeqCst) == 1
+    })
+    .await;
+    let late = send(&url, "b").await.unwrap();
+    assert_eq!(late.status(), 429);
+    let body: RejectionBody = late.json().await.unwrap();
+    assert!(body.message.contains("max_wait"), "{}", body.message);
+    assert_eq!(pool.levels()[0].rejected_timeout, 1);
+    up.gate.add_permits(1);
+    assert_eq!(first.await.unwrap().status(), 200);
+}
