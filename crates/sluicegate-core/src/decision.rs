@@ -22,6 +22,10 @@ pub struct Decision {
     pub retry_after: Option<Micros>,
     /// In delay mode: how long the admitted request must wait for its reserved slot.
     pub delay: Micros,
+    /// Concurrency policies, when admitted with a cost: when the lease this request took
+    /// expires (µs since the epoch), which with the cost names the lease to release.
+    /// 0 otherwise.
+    pub lease: Micros,
 }
 
 impl Decision {
@@ -34,6 +38,7 @@ impl Decision {
             reset_after,
             retry_after: None,
             delay: 0,
+            lease: 0,
         }
     }
 
@@ -46,6 +51,7 @@ impl Decision {
             reset_after,
             retry_after: Some(retry_after.max(1)),
             delay: 0,
+            lease: 0,
         }
     }
 }

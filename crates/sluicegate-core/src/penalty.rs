@@ -65,5 +65,6 @@ fn blocked(raw: Decision, left: Micros) -> Decision {
         reset_after: raw.reset_after.max(left),
         retry_after: Some(raw.retry_after.unwrap_or(0).max(left).max(1)),
         delay: 0,
+        lease: 0,
     }
 }

@@ -27,10 +27,13 @@ pub enum AlgorithmKind {
     LeakyBucket,
     /// The generic cell rate algorithm: one theoretical arrival time per key.
     Gcra,
+    /// At most `limit` requests in flight; each holds a lease until released or expired.
+    Concurrency,
 }
 
 impl AlgorithmKind {
-    /// Every algorithm, in the order the docs present them.
+    /// The six rate algorithms, in the order the docs present them (not
+    /// [`AlgorithmKind::Concurrency`], which limits requests in flight, not a rate).
     pub const ALL: [AlgorithmKind; 6] = [
         AlgorithmKind::FixedWindow,
         AlgorithmKind::SlidingLog,
@@ -55,7 +58,13 @@ impl AlgorithmKind {
             AlgorithmKind::TokenBucket => "token_bucket",
             AlgorithmKind::LeakyBucket => "leaky_bucket",
             AlgorithmKind::Gcra => "gcra",
+            AlgorithmKind::Concurrency => "concurrency",
         }
+    }
+
+    /// Whether the policy limits requests in flight (leases) rather than a rate.
+    pub fn is_concurrency(self) -> bool {
+        self == AlgorithmKind::Concurrency
     }
 
     /// Whether `delay` mode is meaningful: only the bucket-shaped algorithms can say when a
@@ -84,6 +93,7 @@ impl FromStr for AlgorithmKind {
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         AlgorithmKind::ALL
             .into_iter()
+            .chain([AlgorithmKind::Concurrency])
             .find(|kind| kind.name() == s)
             .ok_or_else(|| PolicyError::UnknownAlgorithm(s.to_owned()))
     }
@@ -153,14 +163,17 @@ pub enum PolicyError {
         "mode \"delay\" needs token_bucket, leaky_bucket or gcra; {0} can only reject or shadow"
     )]
     DelayOnWindow(AlgorithmKind),
-    /// Not one of the six algorithm names.
+    /// Not one of the seven algorithm names.
     #[error(
-        "unknown algorithm {0:?}; expected fixed_window, sliding_log, sliding_window, token_bucket, leaky_bucket or gcra"
+        "unknown algorithm {0:?}; expected fixed_window, sliding_log, sliding_window, token_bucket, leaky_bucket, gcra or concurrency"
     )]
     UnknownAlgorithm(String),
     /// A duration that does not parse.
     #[error("invalid duration {0:?}: {1} (write e.g. 250ms, 1s, 1m, 1h, 1d)")]
     InvalidDuration(String, String),
+    /// `lease` on a rate algorithm, or `period`/`burst` on concurrency.
+    #[error("{0}")]
+    ConcurrencyField(&'static str),
     /// `calendar` on another algorithm than fixed_window.
     #[error("calendar periods need algorithm \"fixed_window\", not {0}")]
     CalendarNeedsFixedWindow(AlgorithmKind),
@@ -279,6 +292,12 @@ impl Policy {
     pub fn period(&self) -> Micros {
         self.period
     }
+    /// Concurrency: how long a lease lasts when its holder never releases it, in
+    /// microseconds (kept in the period field: it is the one duration such a policy has).
+    /// `None` for the rate algorithms.
+    pub fn lease(&self) -> Option<Micros> {
+        self.algorithm.is_concurrency().then_some(self.period)
+    }
     /// The period as a [`Duration`].
     pub fn period_duration(&self) -> Duration {
         Duration::from_micros(self.period)
@@ -354,6 +373,12 @@ impl PolicyBuilder {
         self.burst_set = true;
         self
     }
+    /// Concurrency: how long an unreleased lease lasts (the policy's one duration, so it
+    /// replaces the period given to [`Policy::builder`]).
+    pub fn lease(mut self, lease: Duration) -> Self {
+        self.policy.period = micros(lease);
+        self
+    }
     /// Over-limit behaviour.
     pub fn mode(mut self, mode: Mode) -> Self {
         self.policy.mode = mode;
@@ -395,6 +420,16 @@ impl PolicyBuilder {
         }
         if p.limit == 0 {
             return Err(PolicyError::ZeroLimit);
+        }
+        if p.algorithm.is_concurrency() {
+            if p.period == 0 {
+                return Err(PolicyError::ConcurrencyField("lease must be at least 1µs"));
+            }
+            if self.burst_set {
+                return Err(PolicyError::ConcurrencyField(
+                    "burst is not used by concurrency: limit is the number in flight",
+                ));
+            }
         }
         if p.period == 0 {
             return Err(PolicyError::ZeroPeriod);

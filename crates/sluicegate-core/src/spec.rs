@@ -24,9 +24,9 @@ pub struct PolicySpec {
     pub name: String,
     /// The algorithm.
     pub algorithm: AlgorithmKind,
-    /// Requests per period.
+    /// Requests per period (concurrency: requests in flight).
     pub limit: u64,
-    /// The period, e.g. `"1m"`; empty (absent) with `calendar`.
+    /// The period, e.g. `"1m"`; empty (absent) with `calendar`, and for concurrency (which has `lease`).
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub period: String,
     /// Bucket capacity; defaults to `limit`.
@@ -41,6 +41,10 @@ pub struct PolicySpec {
     /// allow | deny.
     #[serde(default)]
     pub on_store_error: OnStoreError,
+    /// Concurrency only: how long a lease lasts if its holder never releases it; defaults
+    /// to [`DEFAULT_LEASE`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lease: Option<String>,
     /// Once denied, the key stays denied this long, e.g. `"10m"`; none when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub penalty: Option<String>,
@@ -72,6 +76,11 @@ pub fn parse_calendar(
     }
 }
 
+/// The lease of a concurrency policy that does not set one: long enough for most slow
+/// requests (a request that outlives its lease no longer holds its slot), short enough
+/// that a crashed holder's slot comes back within a minute.
+pub const DEFAULT_LEASE: Duration = Duration::from_secs(60);
+
 /// Parses `"250ms"`, `"1s"`, `"1m"`, `"1h"`, `"1d"` and combinations such as `"1m 30s"`.
 ///
 /// ```
@@ -87,6 +96,14 @@ pub fn parse_duration(text: &str) -> Result<Duration, PolicyError> {
 impl PolicySpec {
     /// Validates into a [`Policy`].
     pub fn build(&self) -> Result<Policy, PolicyError> {
+        if self.algorithm.is_concurrency() {
+            return self.build_concurrency();
+        }
+        if self.lease.is_some() {
+            return Err(PolicyError::ConcurrencyField(
+                "lease is for algorithm \"concurrency\" only",
+            ));
+        }
         let calendar = parse_calendar(self.calendar.as_deref(), self.timezone.as_deref())?;
         let period = match &calendar {
             Some(_) if !self.period.trim().is_empty() => {
@@ -116,9 +133,55 @@ impl PolicySpec {
         builder.max_delay(max_delay).build()
     }
 
+    fn build_concurrency(&self) -> Result<Policy, PolicyError> {
+        if !self.period.is_empty() {
+            return Err(PolicyError::ConcurrencyField(
+                "concurrency has no period: set lease (how long an unreleased request holds its slot)",
+            ));
+        }
+        if self.max_delay.is_some() {
+            return Err(PolicyError::ConcurrencyField(
+                "max_delay is not used by concurrency",
+            ));
+        }
+        if self.penalty.is_some() || self.calendar.is_some() || self.timezone.is_some() {
+            return Err(PolicyError::ConcurrencyField(
+                "penalty, calendar and timezone are not used by concurrency",
+            ));
+        }
+        let lease = match &self.lease {
+            Some(text) => parse_duration(text)?,
+            None => DEFAULT_LEASE,
+        };
+        let mut builder = Policy::builder(&self.name, self.algorithm, self.limit, lease)
+            .lease(lease)
+            .mode(self.mode)
+            .on_store_error(self.on_store_error);
+        if let Some(burst) = self.burst {
+            builder = builder.burst(burst);
+        }
+        builder.build()
+    }
+
     /// The spec of an existing policy (for `GET /v1/policies` and round trips).
     pub fn from_policy(policy: &Policy) -> Self {
         let fmt = |d: Duration| humantime::format_duration(d).to_string();
+        if let Some(lease) = policy.lease() {
+            return PolicySpec {
+                name: policy.name().to_owned(),
+                algorithm: policy.algorithm(),
+                limit: policy.limit(),
+                period: String::new(),
+                burst: None,
+                mode: policy.mode(),
+                max_delay: None,
+                on_store_error: policy.on_store_error(),
+                lease: Some(fmt(Duration::from_micros(lease))),
+                penalty: None,
+                calendar: None,
+                timezone: None,
+            };
+        }
         PolicySpec {
             name: policy.name().to_owned(),
             algorithm: policy.algorithm(),
@@ -131,6 +194,7 @@ impl PolicySpec {
             mode: policy.mode(),
             max_delay: Some(fmt(Duration::from_micros(policy.max_delay()))),
             on_store_error: policy.on_store_error(),
+            lease: None,
             penalty: (policy.penalty() > 0).then(|| fmt(Duration::from_micros(policy.penalty()))),
             calendar: policy.calendar().map(|c| c.unit().name().to_owned()),
             timezone: policy.calendar().map(|c| c.zone().to_owned()),

@@ -179,6 +179,21 @@ impl<'a> KeyedCheck<'a> {
     }
 }
 
+/// A lease an admitted request holds on a concurrency policy: enough to free it from any
+/// instance sharing the store (see [`Store::release`] and
+/// [`Concurrency`](crate::algorithm::Concurrency)).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lease {
+    /// The concurrency policy.
+    pub policy: Arc<Policy>,
+    /// The client key.
+    pub key: String,
+    /// When the lease expires by itself (µs since the epoch); with `cost`, names it.
+    pub expires_at: crate::clock::Micros,
+    /// The slots it holds.
+    pub cost: u64,
+}
+
 /// Why a store could not decide.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum StoreError {
@@ -325,6 +340,20 @@ pub trait Store: Send + Sync + 'static {
         cost: u64,
     ) -> BoxFuture<'a, Result<(), StoreError>>;
 
+    /// Frees leases taken by admitted requests on concurrency policies, when the request
+    /// ends. A lease already freed or expired is not an error: nothing changes. Each lease
+    /// is freed atomically; several are independent.
+    ///
+    /// The default answers [`StoreError::Unavailable`]: a store must implement it to hold
+    /// concurrency policies (both stores of this project do).
+    fn release<'a>(&'a self, leases: &'a [Lease]) -> BoxFuture<'a, Result<(), StoreError>> {
+        let _ = leases;
+        Box::pin(std::future::ready(Err(StoreError::Unavailable(format!(
+            "the {} store cannot release leases",
+            self.kind()
+        )))))
+    }
+
     /// Forgets a key's state under one policy.
     fn reset<'a>(
         &'a self,
@@ -378,6 +407,9 @@ impl<S: Store + ?Sized> Store for Arc<S> {
         cost: u64,
     ) -> BoxFuture<'a, Result<(), StoreError>> {
         (**self).refund(policies, key, cost)
+    }
+    fn release<'a>(&'a self, leases: &'a [Lease]) -> BoxFuture<'a, Result<(), StoreError>> {
+        (**self).release(leases)
     }
     fn reset<'a>(
         &'a self,

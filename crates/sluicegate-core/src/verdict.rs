@@ -132,6 +132,8 @@ impl Verdict {
                         .remaining
                         .saturating_add(cost)
                         .min(policy.capacity());
+                    // Nothing is consumed, so no lease is taken.
+                    decision.lease = 0;
                 }
                 PolicyDecision {
                     outcome: Outcome::of(&policy, &decision),
@@ -238,6 +240,7 @@ impl Verdict {
                         reset_after: 0,
                         retry_after: (!allow).then_some(1_000_000),
                         delay: 0,
+                        lease: 0,
                     },
                     policy: Arc::clone(policy),
                     outcome: Outcome::StoreError,
@@ -254,6 +257,22 @@ impl Verdict {
     /// The policy whose numbers describe the verdict (see [`deciding`]).
     pub fn deciding(&self) -> Option<&PolicyDecision> {
         deciding(&self.decisions, self.allowed)
+    }
+
+    /// The leases this admitted verdict took on concurrency policies, for a request of
+    /// `cost` under one client `key` ([`CheckRequest`](crate::CheckRequest)); free them with
+    /// [`Store::release`](crate::Store::release) when the request ends. Empty when denied.
+    pub fn leases(&self, key: &str, cost: u64) -> Vec<crate::store::Lease> {
+        self.decisions
+            .iter()
+            .filter(|d| d.decision.lease != 0 && self.allowed)
+            .map(|d| crate::store::Lease {
+                policy: Arc::clone(&d.policy),
+                key: key.to_owned(),
+                expires_at: d.decision.lease,
+                cost,
+            })
+            .collect()
     }
 
     /// The longest `retry_after` among the enforcing policies that deny, µs.

@@ -62,7 +62,7 @@ fn unknown_algorithm() {
     let err = "leaky".parse::<AlgorithmKind>().unwrap_err();
     assert_eq!(
         err.to_string(),
-        "unknown algorithm \"leaky\"; expected fixed_window, sliding_log, sliding_window, token_bucket, leaky_bucket or gcra"
+        "unknown algorithm \"leaky\"; expected fixed_window, sliding_log, sliding_window, token_bucket, leaky_bucket, gcra or concurrency"
     );
     // In a spec, serde refuses it and names the valid variants.
     let err = serde_json::from_str::<PolicySpec>(

@@ -12,6 +12,7 @@ use http_body_util::{Either, Full};
 use tower::{Layer, Service};
 
 use crate::handle::LimiterHandle;
+use crate::lease::LeaseBody;
 use crate::limiter::RateLimiter;
 
 /// Puts a [`RateLimiter`] in front of a service.
@@ -94,8 +95,13 @@ pub struct RateLimitService<S> {
 }
 
 /// The boxed future of [`RateLimitService`].
-pub type ResponseFuture<B, E> =
-    Pin<Box<dyn Future<Output = Result<Response<Either<B, Full<Bytes>>>, E>> + Send + 'static>>;
+pub type ResponseFuture<B, E> = Pin<
+    Box<
+        dyn Future<Output = Result<Response<Either<LeaseBody<B>, Full<Bytes>>>, E>>
+            + Send
+            + 'static,
+    >,
+>;
 
 impl<S, ReqBody, ResBody> Service<Request<ReqBody>> for RateLimitService<S>
 where
@@ -104,7 +110,7 @@ where
     ReqBody: Send + 'static,
     ResBody: 'static,
 {
-    type Response = Response<Either<ResBody, Full<Bytes>>>;
+    type Response = Response<Either<LeaseBody<ResBody>, Full<Bytes>>>;
     type Error = S::Error;
     type Future = ResponseFuture<ResBody, S::Error>;
 
@@ -128,11 +134,15 @@ where
                 )
                 .await;
             let Some(decision) = decision else {
-                return Ok(inner.call(request).await?.map(Either::Left));
+                let response = inner.call(request).await?;
+                return Ok(response.map(|body| Either::Left(LeaseBody::new(body, None))));
             };
             if !decision.is_allowed() {
                 return Ok(decision.rejection().map(Either::Right));
             }
+            // Held from here: if the wait is cancelled, the inner service fails or this
+            // future is dropped, the guard frees the leases; else the body does when it ends.
+            let guard = decision.lease_guard();
             decision.wait().await;
             // The slot is held until the inner service has produced its response.
             let permit = match decision.enter_pool().await {
@@ -142,7 +152,7 @@ where
             let mut response = inner.call(request).await?;
             drop(permit);
             decision.write_headers(response.headers_mut());
-            Ok(response.map(Either::Left))
+            Ok(response.map(|body| Either::Left(LeaseBody::new(body, guard))))
         })
     }
 }

@@ -463,6 +463,16 @@ impl RateLimitDecision {
     pub fn route_path(&self) -> &str {
         &self.route_path
     }
+    /// The guard over the leases this admitted request holds on concurrency policies:
+    /// keep it until the response has been sent (wrap the body in a
+    /// [`LeaseBody`](crate::LeaseBody)); dropping it frees the slots. `None` when the
+    /// request holds no lease.
+    pub fn lease_guard(&self) -> Option<crate::LeaseGuard> {
+        crate::LeaseGuard::new(
+            Arc::clone(&self.store),
+            self.verdict.leases(&self.key, COST),
+        )
+    }
     /// `Retry-After` in whole seconds (at least 1) when rejected.
     pub fn retry_after_secs(&self) -> Option<u64> {
         headers::retry_after_secs(&self.verdict)
@@ -518,7 +528,8 @@ impl RateLimitDecision {
             .verdict
             .decisions
             .iter()
-            .filter(|d| d.decision.allowed)
+            // A concurrency lease is freed by its own guard (see `lease_guard`), not refunded.
+            .filter(|d| d.decision.allowed && !d.policy.algorithm().is_concurrency())
             .map(|d| Arc::clone(&d.policy))
             .collect();
         let mut guard = RefundGuard {

@@ -74,7 +74,13 @@ impl DenyCache {
         let Some(retry) = verdict
             .decisions
             .iter()
-            .filter(|d| !d.decision.allowed && d.policy.mode() == Mode::Reject)
+            // A concurrency denial ends as soon as a holder releases, from any instance:
+            // it is never certain until its retry_after.
+            .filter(|d| {
+                !d.decision.allowed
+                    && d.policy.mode() == Mode::Reject
+                    && !d.policy.algorithm().is_concurrency()
+            })
             .filter_map(|d| d.decision.retry_after)
             .max()
         else {

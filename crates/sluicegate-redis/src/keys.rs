@@ -37,6 +37,7 @@ fn algorithm_tag(kind: AlgorithmKind) -> &'static str {
         AlgorithmKind::TokenBucket => "tb",
         AlgorithmKind::LeakyBucket => "lb",
         AlgorithmKind::Gcra => "gc",
+        AlgorithmKind::Concurrency => "cc",
     }
 }
 

@@ -53,6 +53,7 @@ fn code(kind: AlgorithmKind) -> u8 {
         AlgorithmKind::TokenBucket => 4,
         AlgorithmKind::LeakyBucket => 5,
         AlgorithmKind::Gcra => 6,
+        AlgorithmKind::Concurrency => 7,
     }
 }
 

@@ -8,7 +8,7 @@ use redis::Script;
 use redis::cluster_routing::Slot;
 use sluicegate_core::store::check_key;
 use sluicegate_core::{
-    BoxFuture, CheckRequest, KeyedCheck, Micros, Policy, Store, StoreError, Verdict,
+    BoxFuture, CheckRequest, KeyedCheck, Lease, Micros, Policy, Store, StoreError, Verdict,
 };
 use tokio::sync::{Notify, mpsc, oneshot};
 use tokio::task::JoinHandle;
@@ -469,6 +469,26 @@ impl Inner {
         .map(|_| ())
     }
 
+    /// Frees each lease with one `ZREM` of its member (see `concurrency.lua`): atomic on
+    /// its own, from any instance, and a no-op for a lease already freed or expired.
+    async fn release(&self, leases: &[Lease]) -> Result<(), StoreError> {
+        for lease in leases {
+            check_key(&lease.key)?;
+            let state = state_key(&self.prefix, &lease.key, &lease.policy);
+            let member = format!("{}:{}", lease.expires_at, lease.cost);
+            self.link
+                .run(move |mut conn| async move {
+                    redis::cmd("ZREM")
+                        .arg(&state)
+                        .arg(&member)
+                        .query_async::<()>(&mut conn)
+                        .await
+                })
+                .await?;
+        }
+        Ok(())
+    }
+
     async fn refund_keyed(
         &self,
         items: &[KeyedCheck<'_>],
@@ -561,6 +581,10 @@ impl Store for RedisStore {
         cost: u64,
     ) -> BoxFuture<'a, Result<(), StoreError>> {
         Box::pin(self.inner.refund(policies, key, cost, None))
+    }
+
+    fn release<'a>(&'a self, leases: &'a [Lease]) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(self.inner.release(leases))
     }
 
     fn refund_keyed<'a>(

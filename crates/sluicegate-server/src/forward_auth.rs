@@ -67,6 +67,12 @@ pub async fn forward_auth(
         return decision.rejection_with_status(status).map(Body::new);
     }
     decision.wait().await;
+    // Forward-auth answers before the request is proxied and never sees it end, so it
+    // cannot hold a concurrency lease: the slot is checked free, then given back at once.
+    // (`validate` refuses concurrency policies where only forward-auth uses the routes.)
+    if let Some(guard) = decision.lease_guard() {
+        guard.release();
+    }
     let mut response = StatusCode::OK.into_response();
     decision.write_headers(response.headers_mut());
     response

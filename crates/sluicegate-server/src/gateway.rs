@@ -27,6 +27,8 @@ use std::sync::Arc;
 
 use tokio::sync::Semaphore;
 
+use sluicegate_middleware::LeaseBody;
+
 use crate::api::ApiError;
 use crate::config::ConnectionLimits;
 use crate::state::AppState;
@@ -195,11 +197,15 @@ async fn proxy(
             peer.ip(),
         )
         .await;
+    // Concurrency leases are held until the response body ends or is dropped (the client
+    // went away), or freed here if the upstream fails.
+    let mut guard = None;
     let mut permit = None;
     if let Some(decision) = &decision {
         if !decision.is_allowed() {
             return decision.rejection().map(Body::new);
         }
+        guard = decision.lease_guard();
         decision.wait().await;
         // The route's pool slot, held until the response body has been sent.
         permit = match decision.enter_pool().await {
@@ -240,7 +246,10 @@ async fn proxy(
     if let Some(decision) = &decision {
         decision.write_headers(&mut parts.headers);
     }
-    Response::from_parts(parts, Body::new(PermitBody::new(body, permit)))
+    Response::from_parts(
+        parts,
+        Body::new(LeaseBody::new(PermitBody::new(body, permit), guard)),
+    )
 }
 
 /// The upstream's scheme and authority, its base path, then the request's path and query.

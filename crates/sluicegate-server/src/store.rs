@@ -127,6 +127,12 @@ impl<S: Store> Store for Timed<S> {
     ) -> BoxFuture<'a, Result<(), StoreError>> {
         self.inner.refund(policies, key, cost)
     }
+    fn release<'a>(
+        &'a self,
+        leases: &'a [sluicegate_core::Lease],
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        self.inner.release(leases)
+    }
     fn reset<'a>(
         &'a self,
         policy: &'a Policy,

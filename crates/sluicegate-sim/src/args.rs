@@ -232,6 +232,7 @@ impl SimulateArgs {
                     mode: Mode::Reject,
                     max_delay: None,
                     on_store_error: Default::default(),
+                    lease: None,
                     penalty: None,
                     calendar: None,
                     timezone: None,

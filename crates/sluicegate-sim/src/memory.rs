@@ -42,6 +42,12 @@ fixed_size!(
     GcraState
 );
 
+impl StateBytes for sluicegate_core::algorithm::concurrency::ConcurrencyState {
+    fn state_bytes(&self) -> usize {
+        size_of::<Self>() + self.leases.capacity() * size_of::<(u64, u64)>()
+    }
+}
+
 impl StateBytes for SlidingLogState {
     fn state_bytes(&self) -> usize {
         size_of::<Self>() + self.entries.capacity() * size_of::<(u64, u64)>()

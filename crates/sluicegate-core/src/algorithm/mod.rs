@@ -1,4 +1,4 @@
-//! The six limiting algorithms as pure state transitions.
+//! The limiting algorithms (six rate algorithms and concurrency) as pure state transitions.
 //!
 //! Each module holds one algorithm: its per-key state and an [`Algorithm`] implementation.
 //! Nothing here does I/O or reads a clock: `now` is an argument, so the same code runs in
@@ -9,6 +9,7 @@
 //! [`Algorithm::evaluate`] decides without changing anything; only if every policy of the
 //! request admits does the store call [`Algorithm::consume`] on each.
 
+pub mod concurrency;
 pub mod fixed_window;
 pub mod gcra;
 pub mod leaky_bucket;
@@ -20,6 +21,7 @@ use crate::clock::Micros;
 use crate::decision::Decision;
 use crate::policy::Policy;
 
+pub use concurrency::Concurrency;
 pub use fixed_window::FixedWindow;
 pub use gcra::Gcra;
 pub use leaky_bucket::LeakyBucket;
@@ -69,6 +71,14 @@ pub trait Algorithm: Send + Sync + 'static {
 
     /// The time from which `state` is indistinguishable from a fresh key, and may be dropped.
     fn idle_at(&self, state: &Self::State) -> Micros;
+
+    /// Frees the lease that expires at `expires_at` and holds `cost`, if the key still holds
+    /// it; returns whether it did. Only [`Concurrency`] has leases (an admitted decision
+    /// names its lease in [`Decision::lease`]); the rate algorithms have nothing to free.
+    fn release(&self, state: &mut Self::State, now: Micros, expires_at: Micros, cost: u64) -> bool {
+        let _ = (state, now, expires_at, cost);
+        false
+    }
 }
 
 /// Parameters shared by every algorithm, taken from a [`Policy`].
@@ -124,6 +134,10 @@ macro_rules! with_algorithm {
             }
             $crate::AlgorithmKind::Gcra => {
                 let $alg = $crate::algorithm::Gcra::from(quota);
+                $body
+            }
+            $crate::AlgorithmKind::Concurrency => {
+                let $alg = $crate::algorithm::Concurrency::from(quota);
                 $body
             }
         }

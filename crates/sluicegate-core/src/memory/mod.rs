@@ -56,7 +56,7 @@ use parking_lot::{Mutex, MutexGuard};
 use crate::clock::{Clock, Micros, SystemClock};
 use crate::decision::Decision;
 use crate::policy::Policy;
-use crate::store::{BoxFuture, CheckRequest, KeyedCheck, Store, StoreError};
+use crate::store::{BoxFuture, CheckRequest, KeyedCheck, Lease, Store, StoreError};
 use crate::verdict::Verdict;
 
 use fingerprint::{Fingerprint, KeyHasher};
@@ -269,6 +269,28 @@ impl<C: Clock> MemoryStore<C> {
         }
     }
 
+    /// Frees `leases` (see [`Store::release`]); returns how many were still held.
+    pub fn release_now(&self, leases: &[Lease]) -> usize {
+        let now = self.clock.now();
+        let mut freed = 0;
+        for lease in leases {
+            let Some(r) = self.registry.get(&lease.policy) else {
+                continue;
+            };
+            let fp = self.hasher.fingerprint(&lease.key);
+            let target = Target {
+                r,
+                policy: &lease.policy,
+                fp,
+            };
+            let mut shard = self.shards[self.shard_of(fp)].lock();
+            if shard.release(target, now, lease.expires_at, lease.cost) {
+                freed += 1;
+            }
+        }
+        freed
+    }
+
     fn reset_now(&self, policy: &Policy, key: &str) {
         if let Some(r) = self.registry.get(policy) {
             let fp = self.hasher.fingerprint(key);
@@ -303,6 +325,11 @@ impl<C: Clock> Store for MemoryStore<C> {
         cost: u64,
     ) -> BoxFuture<'a, Result<(), StoreError>> {
         self.refund_now(policies, key, cost);
+        Box::pin(std::future::ready(Ok(())))
+    }
+
+    fn release<'a>(&'a self, leases: &'a [Lease]) -> BoxFuture<'a, Result<(), StoreError>> {
+        self.release_now(leases);
         Box::pin(std::future::ready(Ok(())))
     }
 

@@ -217,6 +217,18 @@ impl StoreShard {
         }
     }
 
+    /// Frees one lease of one policy's state of a key (concurrency).
+    pub(crate) fn release(
+        &mut self,
+        t: Target<'_>,
+        now: Micros,
+        expires_at: Micros,
+        cost: u64,
+    ) -> bool {
+        self.table(&t.r, t.policy)
+            .is_some_and(|table| table.release(t.fp, now, expires_at, cost))
+    }
+
     /// Forgets one policy's state of a key, and its penalty.
     pub(crate) fn remove(&mut self, t: Target<'_>) {
         self.penalties.remove(&(t.r.index, t.r.id, t.fp));

@@ -27,6 +27,8 @@ pub(crate) trait PolicyTable: Send {
     fn commit(&mut self, fp: Fingerprint, now: Micros, cost: u64, decided: &Decision) -> bool;
     /// Gives back `cost` for `fp`, if tracked.
     fn refund(&mut self, fp: Fingerprint, now: Micros, cost: u64);
+    /// Frees the lease `(expires_at, cost)` of `fp` (concurrency); returns whether it did.
+    fn release(&mut self, fp: Fingerprint, now: Micros, expires_at: Micros, cost: u64) -> bool;
     /// Forgets `fp`; returns whether it was tracked.
     fn remove(&mut self, fp: Fingerprint) -> bool;
     /// Entries held.
@@ -101,6 +103,17 @@ impl<A: Algorithm> PolicyTable for TypedTable<A> {
             let idle = self.alg.idle_at(state);
             self.raw.note_idle_at(idle);
         }
+    }
+
+    fn release(&mut self, fp: Fingerprint, now: Micros, expires_at: Micros, cost: u64) -> bool {
+        let Some(i) = self.raw.find(fp) else {
+            return false;
+        };
+        let state = self.raw.state_mut(i);
+        let freed = self.alg.release(state, now, expires_at, cost);
+        let idle = self.alg.idle_at(state);
+        self.raw.note_idle_at(idle);
+        freed
     }
 
     fn remove(&mut self, fp: Fingerprint) -> bool {

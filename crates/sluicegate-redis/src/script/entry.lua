@@ -1,5 +1,5 @@
 -- The entry point: decides (or refunds) one or more requests, each under one or more
--- policies, in one atomic script call. Concatenated after common.lua and the six algorithm
+-- policies, in one atomic script call. Concatenated after common.lua and the seven algorithm
 -- files (see mod.rs).
 --
 -- KEYS: one state key per item (a policy of a request), in order.
@@ -7,7 +7,7 @@
 --          builds (test_clock.lua) may put a caller's time in µs here
 -- ARGV[2]  "check" or "refund"
 -- ARGV[3]  number of distinct policies P, then P times 7 fields:
---          algorithm (1..6), shadow (0/1), limit, period, burst, max_delay (-1: not delay mode),
+--          algorithm (1..7), shadow (0/1), limit, period, burst, max_delay (-1: not delay mode),
 --          penalty µs (0: none; see penalize in common.lua), then the number B of calendar
 --          boundaries (0 unless a calendar fixed_window) and B ascending instants in µs
 --          (bucket algorithms receive limit and period divided by their gcd)
@@ -16,10 +16,11 @@
 --
 -- A request goes ahead iff every enforcing (non-shadow) item admits it; then every item
 -- that admits it consumes; else nothing is consumed (sluicegate-core Verdict::combine).
--- Reply to "check": per item 5 integers: allowed (0/1), remaining, reset_after µs,
--- retry_after µs (-1: none), delay µs.
+-- Reply to "check": per item 6 integers: allowed (0/1), remaining, reset_after µs,
+-- retry_after µs (-1: none), delay µs, lease (concurrency: when the lease the item takes
+-- if the request goes ahead expires, µs since the epoch; else 0).
 
-local CONSTRUCTORS = { fixed_window, sliding_log, sliding_window, token_bucket, leaky_bucket, gcra }
+local CONSTRUCTORS = { fixed_window, sliding_log, sliding_window, token_bucket, leaky_bucket, gcra, concurrency }
 
 local now = script_now()
 
@@ -94,14 +95,18 @@ for _ = 1, requests do
     local st = q.alg.load(key, q, now, text)
     items[i], costs[i], sts[i] = q, cost, st
     if check then
-      local ok, remaining, reset, retry, delay = q.alg.eval(q, st, now, cost)
+      local ok, remaining, reset, retry, delay, lease = q.alg.eval(q, st, now, cost)
       ok, remaining, reset, retry, delay = penalize(key, q, now, ok, remaining, reset, retry, delay)
+      if ok ~= 1 then
+        lease = 0
+      end
       oks[i] = ok == 1
       if ok ~= 1 and not q.shadow then
         allowed = false
       end
       out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5] = ok, remaining, reset, retry, delay
-      o = o + 5
+      out[o + 6] = lease or 0
+      o = o + 6
     end
   end
   for i = 1, n do

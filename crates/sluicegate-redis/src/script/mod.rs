@@ -13,7 +13,7 @@ use sluicegate_core::{Decision, Micros, Policy, StoreError, Verdict};
 
 use crate::range::Params;
 
-/// The entry script from its parts: shared helpers, the six algorithms, the clock, the
+/// The entry script from its parts: shared helpers, the seven algorithms, the clock, the
 /// dispatcher; `$clock` is the clock file(s).
 macro_rules! entry_source {
     ($($clock:literal),+) => {
@@ -32,6 +32,8 @@ macro_rules! entry_source {
             "\n",
             include_str!("gcra.lua"),
             "\n",
+            include_str!("concurrency.lua"),
+            "\n",
             $(include_str!($clock), "\n",)+
             include_str!("entry.lua"),
         )
@@ -48,7 +50,7 @@ pub(crate) const SOURCE: &str = entry_source!("clock.lua");
 pub(crate) const SOURCE: &str = entry_source!("clock.lua", "test_clock.lua");
 
 /// Integers the script returns per item of a check.
-const REPLY_WIDTH: usize = 5;
+const REPLY_WIDTH: usize = 6;
 
 /// The compiled entry script (its SHA1 is computed once).
 pub(crate) fn entry_script() -> Script {
@@ -171,6 +173,7 @@ pub(crate) fn verdicts(requests: &[&[Item]], reply: &[i64]) -> Result<Vec<Verdic
             let decision = if v[0] == 1 {
                 Decision {
                     delay: num(v[4])?,
+                    lease: num(v[5])?,
                     ..Decision::allow(limit, num(v[1])?, num(v[2])?)
                 }
             } else {
@@ -196,6 +199,7 @@ mod tests {
             "local function token_bucket",
             "local function leaky_bucket",
             "local function gcra",
+            "local function concurrency",
             "local CONSTRUCTORS",
             "MGET",
         ] {

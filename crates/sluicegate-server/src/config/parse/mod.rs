@@ -63,6 +63,7 @@ const POLICY: &[&str] = &[
     "algorithm",
     "limit",
     "period",
+    "lease",
     "burst",
     "mode",
     "max_delay",
@@ -119,6 +120,7 @@ pub(super) fn parse(text: &str, path: &Path) -> Result<Config, Diagnostics> {
     let mut r = Reader {
         c,
         defined: Vec::new(),
+        concurrency_uses: Vec::new(),
     };
     let root_span = root.span();
     let root = root.into_inner();
@@ -140,6 +142,9 @@ pub(super) fn parse(text: &str, path: &Path) -> Result<Config, Diagnostics> {
     let envoy = r
         .section(&root, "envoy")
         .map(|(t, _)| r.envoy(t, path, &policies));
+    if gateway.is_none() {
+        r.concurrency_without_gateway();
+    }
 
     if !r.c.is_empty() {
         return Err(r.c.finish(path));
@@ -164,6 +169,8 @@ struct Reader<'t> {
     c: Collector<'t>,
     /// Every policy name in the file, valid policy or not.
     defined: Vec<String>,
+    /// Where routes name a concurrency policy: `(span of the name, name)`.
+    concurrency_uses: Vec<(Range<usize>, String)>,
 }
 
 impl Reader<'_> {

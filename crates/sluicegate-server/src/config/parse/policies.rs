@@ -49,10 +49,16 @@ impl Reader<'_> {
         let name = self.required::<String>(t, "name", what, &span);
         let algorithm = self.required::<AlgorithmKind>(t, "algorithm", what, &span);
         let limit = self.required::<u64>(t, "limit", what, &span);
+        // Concurrency has a lease instead of a period (checked with the spec below).
+        let concurrency = algorithm
+            .as_ref()
+            .is_some_and(|a| a.get_ref().is_concurrency());
+        let lease = self.get::<String>(t, "lease", what);
         let calendar = self.get::<String>(t, "calendar", what);
         let timezone = self.get::<String>(t, "timezone", what);
         // A calendar replaces the period: exactly one of them.
         let period = match &calendar {
+            None if concurrency => self.get::<String>(t, "period", what),
             None => self.required::<String>(t, "period", what, &span),
             Some(cal) => {
                 let period = self.get::<String>(t, "period", what);
@@ -160,15 +166,17 @@ impl Reader<'_> {
                 PolicyError::CalendarNeedsFixedWindow(*algorithm.get_ref()).to_string(),
             );
         }
+        self.concurrency_fields(t, concurrency, lease.as_ref());
         if self.c_len() > before {
             return None;
         }
-        let (name, algorithm, limit, period) = (name?, algorithm?, limit?, period?);
+        let (name, algorithm, limit) = (name?, algorithm?, limit?);
         let spec = PolicySpec {
             name: name.get_ref().clone(),
             algorithm: algorithm.into_inner(),
             limit: *limit.get_ref(),
-            period: period.into_inner(),
+            period: period.map(Spanned::into_inner).unwrap_or_default(),
+            lease: lease.map(Spanned::into_inner),
             burst: burst.map(Spanned::into_inner),
             mode: mode.map(Spanned::into_inner).unwrap_or_default(),
             max_delay: max_delay.map(Spanned::into_inner),
@@ -183,6 +191,52 @@ impl Reader<'_> {
                 // Only the cross-field limits (overflow) are left at this point.
                 self.c.error(limit.span(), e.to_string());
                 None
+            }
+        }
+    }
+}
+
+impl Reader<'_> {
+    /// The fields that only one kind of policy has: `lease` (concurrency), `period`,
+    /// `burst` and `max_delay` (rate algorithms), each reported at its own line.
+    fn concurrency_fields(
+        &mut self,
+        t: &DeTable<'_>,
+        concurrency: bool,
+        lease: Option<&Spanned<String>>,
+    ) {
+        if let Some(lease) = lease {
+            if !concurrency {
+                self.c.error(
+                    lease.span(),
+                    "lease is for algorithm \"concurrency\" only".to_owned(),
+                );
+            } else {
+                match parse_duration(lease.get_ref()) {
+                    Ok(d) if d.as_micros() == 0 => self
+                        .c
+                        .error(lease.span(), "lease must be at least 1µs".to_owned()),
+                    Ok(_) => {}
+                    Err(e) => self.c.error(lease.span(), e.to_string()),
+                }
+            }
+        }
+        if !concurrency {
+            return;
+        }
+        for (field, why) in [
+            (
+                "period",
+                "concurrency has no period: set lease (how long an unreleased request holds its slot)",
+            ),
+            (
+                "burst",
+                "burst is not used by concurrency: limit is the number in flight",
+            ),
+            ("max_delay", "max_delay is not used by concurrency"),
+        ] {
+            if let Some(value) = t.get(field) {
+                self.c.error(value.span(), why.to_owned());
             }
         }
     }

@@ -109,6 +109,12 @@ impl Reader<'_> {
                             format!("policy {:?} listed twice", name.get_ref()),
                         );
                     } else {
+                        if policies.iter().any(|(p, _)| {
+                            p.name() == name.get_ref() && p.algorithm().is_concurrency()
+                        }) {
+                            self.concurrency_uses
+                                .push((name.span(), name.get_ref().clone()));
+                        }
                         names.push(name.into_inner());
                     }
                 }
@@ -166,5 +172,21 @@ impl Reader<'_> {
             self.c.error(span.clone(), e.to_string());
         }
         (self.c_len() == before).then_some(spec)
+    }
+}
+
+impl Reader<'_> {
+    /// Without `[gateway]`, routes serve only `/v1/forward-auth`, which answers before the
+    /// request is proxied and never sees it end: a lease taken there would hold its slot
+    /// until `lease` passes, so a concurrency policy cannot be enforced (CONTRACT.md).
+    pub(super) fn concurrency_without_gateway(&mut self) {
+        for (span, name) in std::mem::take(&mut self.concurrency_uses) {
+            self.c.error(
+                span,
+                format!(
+                    "policy {name:?} limits requests in flight, but without [gateway] routes serve only /v1/forward-auth, which never sees a request end; add [gateway] (or use the middleware in your own server), or use a rate algorithm"
+                ),
+            );
+        }
     }
 }

@@ -283,6 +283,30 @@ impl Reader<'_> {
         });
         let algorithm = self.get::<AlgorithmKind>(t, "algorithm", what);
         let rules = self.get::<Vec<sluicegate_envoy::RuleSpec>>(t, "rules", what);
+        // Envoy asks before the request and never says when it ended: a lease taken there
+        // would only ever expire, so a concurrency limit cannot be enforced (CONTRACT.md).
+        const NO_END: &str = "Envoy's rate limit service never sees when a request ends, so it cannot hold concurrency leases; limit requests in flight with the gateway or the middleware";
+        if let Some(algorithm) = &algorithm
+            && algorithm.get_ref().is_concurrency()
+        {
+            self.c.error(
+                algorithm.span(),
+                format!("{what} algorithm \"concurrency\": {NO_END}"),
+            );
+        }
+        if let Some(rules) = &rules {
+            for name in rules.get_ref().iter().flat_map(|r| &r.policies) {
+                if policies
+                    .iter()
+                    .any(|(p, _)| p.name() == name && p.algorithm().is_concurrency())
+                {
+                    self.c.error(
+                        rules.span(),
+                        format!("{what} rule uses concurrency policy {name:?}: {NO_END}"),
+                    );
+                }
+            }
+        }
         let mut flag = |key: &str| {
             self.get::<bool>(t, key, what)
                 .is_some_and(Spanned::into_inner)
