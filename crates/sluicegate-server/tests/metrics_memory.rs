@@ -57,14 +57,20 @@ async fn rss_stays_flat_without_a_scrape() {
         let (a, b) = tokio::join!(run(count / 2, 0), run(count / 2, 1));
         a.unwrap() + b.unwrap()
     };
-    both(WARM_UP).await;
+    let warm_allowed = both(WARM_UP).await;
     let warm = rss_bytes();
     let allowed = both(MEASURED).await;
     // Let the last upkeep run, as a scrape-less server would.
     tokio::time::sleep(sluicegate_server::metrics::UPKEEP_INTERVAL * 2).await;
     let end = rss_bytes();
-    // Every client was admitted its 60 and denied the rest: real decisions were made.
-    assert!(allowed >= u64::from(CLIENTS) * 60, "allowed {allowed}");
+    // Every client was admitted its burst of 60 (during the warm-up) and then denied most
+    // of the rest: real decisions of both kinds were made. How many refills the measured
+    // run admits depends on how long it took, so only "some were denied" is asserted there.
+    assert!(
+        warm_allowed + allowed >= u64::from(CLIENTS) * 60,
+        "allowed {warm_allowed} + {allowed}"
+    );
+    assert!(allowed < u64::from(MEASURED), "nothing was denied");
     let grown = end.saturating_sub(warm);
     eprintln!(
         "RSS warm {:.1} MiB, after {MEASURED} decisions {:.1} MiB (+{:.2} MiB)",
