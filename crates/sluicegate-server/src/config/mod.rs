@@ -160,6 +160,45 @@ pub struct StoreConfig {
     pub timeout: Duration,
     /// Bound on keys tracked by the memory store.
     pub max_keys: usize,
+    /// Bound on the memory store's limiter state, bytes (sliding logs included).
+    pub max_memory: usize,
+}
+
+/// Default of `store.max_memory`: 512 MiB.
+pub const DEFAULT_MAX_MEMORY: usize = 512 * 1024 * 1024;
+
+/// A size in bytes: a whole number with an optional unit, `B`, `KiB`, `MiB`, `GiB` (powers
+/// of 1024) or `KB`, `MB`, `GB` (powers of 1000), e.g. `"512MiB"`, `"64 KiB"`, `"1000000"`.
+pub fn parse_bytes(text: &str) -> Result<usize, String> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !c.is_ascii_digit() && c != '_')
+        .unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let number: u64 = number
+        .replace('_', "")
+        .parse()
+        .map_err(|_| format!("invalid size {text:?}: expected e.g. \"512MiB\""))?;
+    let scale: u64 = match unit.trim() {
+        "" | "B" => 1,
+        "KiB" => 1 << 10,
+        "MiB" => 1 << 20,
+        "GiB" => 1 << 30,
+        "TiB" => 1 << 40,
+        "KB" | "kB" => 1_000,
+        "MB" => 1_000_000,
+        "GB" => 1_000_000_000,
+        "TB" => 1_000_000_000_000,
+        other => {
+            return Err(format!(
+                "unknown size unit {other:?}: expected B, KiB, MiB, GiB, TiB, KB, MB, GB or TB"
+            ));
+        }
+    };
+    number
+        .checked_mul(scale)
+        .and_then(|n| usize::try_from(n).ok())
+        .ok_or_else(|| format!("size {text:?} is too large"))
 }
 
 /// `[gateway]`.
@@ -326,7 +365,10 @@ impl StoreConfig {
     /// `memory (max_keys 1000000)`, `redis redis://… (prefix sluicegate, timeout 50ms)`.
     pub fn describe(&self) -> String {
         match self.backend {
-            Backend::Memory => format!("memory (max_keys {})", self.max_keys),
+            Backend::Memory => format!(
+                "memory (max_keys {}, max_memory {} bytes)",
+                self.max_keys, self.max_memory
+            ),
             Backend::Redis => {
                 let target = match &self.url {
                     Some(url) if self.cluster.is_empty() => redact(url),
