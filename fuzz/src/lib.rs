@@ -170,7 +170,11 @@ pub fn path_route(data: &[u8]) {
     };
     let path = String::from_utf8_lossy(rest);
     let normal = normalize_path(&path);
-    assert_eq!(normalize_path(&normal), normal, "not idempotent on {path:?}");
+    assert_eq!(
+        normalize_path(&normal),
+        normal,
+        "not idempotent on {path:?}"
+    );
     assert!(normal.starts_with('/'), "{normal:?}");
     let inner = &normal[1..];
     for (i, segment) in inner.split('/').enumerate() {
@@ -185,7 +189,10 @@ pub fn path_route(data: &[u8]) {
     let headers = HeaderMap::new();
     let raw = table.find(&method, &path, &headers).map(|r| r.index());
     let normalised = table.find(&method, &normal, &headers).map(|r| r.index());
-    assert_eq!(raw, normalised, "{path:?} and {normal:?} meet different routes");
+    assert_eq!(
+        raw, normalised,
+        "{path:?} and {normal:?} meet different routes"
+    );
 }
 
 fn routes() -> RouteTable {
@@ -202,9 +209,14 @@ fn routes() -> RouteTable {
 
 fn policy(name: &str, limit: u64) -> Arc<Policy> {
     Arc::new(
-        Policy::builder(name, AlgorithmKind::TokenBucket, limit, Duration::from_secs(1))
-            .build()
-            .expect("valid policy"),
+        Policy::builder(
+            name,
+            AlgorithmKind::TokenBucket,
+            limit,
+            Duration::from_secs(1),
+        )
+        .build()
+        .expect("valid policy"),
     )
 }
 

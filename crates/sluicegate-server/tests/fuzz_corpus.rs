@@ -10,7 +10,9 @@ mod harness;
 use std::path::PathBuf;
 
 fn corpus(target: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/corpus").join(target)
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../fuzz/corpus")
+        .join(target)
 }
 
 #[test]
@@ -23,7 +25,11 @@ fn every_corpus_file_passes_its_target() {
             .filter(|p| p.is_file())
             .collect();
         files.sort();
-        assert!(!files.is_empty(), "no seeds for {name} in {}", dir.display());
+        assert!(
+            !files.is_empty(),
+            "no seeds for {name} in {}",
+            dir.display()
+        );
         for file in &files {
             let data = std::fs::read(file).unwrap();
             let outcome = std::panic::catch_unwind(|| check(&data));

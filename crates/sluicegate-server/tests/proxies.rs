@@ -207,8 +207,11 @@ http {{
 /// decided. Caddy writes `X-Forwarded-Uri` as the client wrote the target, so the spellings
 /// of `/api/auth` meet its limit too, under the client's address.
 ///
-/// (Debian's Caddy is 2.6: it has no `persist_config` global option, which made the first
-/// version of this test fail before Caddy listened. Caddy's output is kept and shown now.)
+/// (The first version of this test failed twice over: Debian's Caddy is 2.6, which has no
+/// `persist_config` global option, so Caddy exited before listening; and its site address
+/// `http://127.0.0.1:PORT` matches only that Host, while the client sends `Host: test`, which
+/// Caddy answers with an empty 200 without asking anyone. The site now matches any host on
+/// a loopback bind, and Caddy's output is shown if it exits.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn caddy_forward_auth_ignores_the_other_pair() {
     let Some(caddy) = program("caddy") else {
@@ -223,7 +226,8 @@ async fn caddy_forward_auth_ignores_the_other_pair() {
     admin off
     auto_https off
 }}
-http://127.0.0.1:{port} {{
+http://:{port} {{
+    bind 127.0.0.1
     forward_auth {api} {{
         uri /v1/forward-auth
     }}
@@ -257,14 +261,22 @@ http://127.0.0.1:{port} {{
 
     let forged = ["X-Original-URI: /public", "X-Original-Method: OPTIONS"];
     let mut statuses = Vec::new();
-    for path in ["/api/auth/a", "/api/%61uth/b", "/api//auth/c", "/api/./auth/d"] {
+    for path in [
+        "/api/auth/a",
+        "/api/%61uth/b",
+        "/api//auth/c",
+        "/api/./auth/d",
+    ] {
         statuses.push(get_from("127.0.0.2", addr, path, &forged).await);
     }
     // Caddy copies the auth response to the client when it is not a 2xx: 429.
     assert_eq!(statuses, [200, 200, 200, 429]);
     assert_eq!(remaining(&server, "ip:127.0.0.2").await, 0);
     // Another client is not touched by the first one's spending.
-    assert_eq!(get_from("127.0.0.3", addr, "/api/auth/e", &forged).await, 200);
+    assert_eq!(
+        get_from("127.0.0.3", addr, "/api/auth/e", &forged).await,
+        200
+    );
     assert_eq!(remaining(&server, "ip:127.0.0.3").await, 2);
 }
 

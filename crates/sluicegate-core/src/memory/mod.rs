@@ -81,6 +81,9 @@ pub const DEFAULT_MAX_KEYS: usize = 1_000_000;
 /// stay within two thirds of the bound and the rest is for logs and leases.
 const BYTES_PER_STATE: usize = 128;
 
+/// Smallest share of `max_memory` a shard gets (the shard count shrinks to keep it).
+const MIN_SHARD_BYTES: usize = 64 * 1024;
+
 /// State for every policy in process memory.
 ///
 /// ```
@@ -137,8 +140,11 @@ impl<C: Clock> MemoryStore<C> {
     /// key or a longer log would go beyond it. The bound also caps the tracked states at
     /// `bytes / 128` (so that slots alone never fill it). Call it before the first check.
     pub fn with_max_memory(mut self, bytes: usize) -> Self {
-        let n = self.shards.len();
         let max_keys = self.max_keys.min(bytes / BYTES_PER_STATE).max(1);
+        // Fewer shards for a small bound: each share must hold a few long logs, or the log
+        // being written would crowd every other state (a limited client's too) out of it.
+        let most = (bytes / MIN_SHARD_BYTES).max(1);
+        let n = shard_count(max_keys).min(1 << most.ilog2());
         self.max_memory = Some(bytes);
         self.shards = (0..n)
             .map(|i| {

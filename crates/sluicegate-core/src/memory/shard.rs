@@ -200,12 +200,7 @@ impl StoreShard {
     /// Evicts until the shard is within its bytes again (a sliding log grows with every
     /// admitted request, not only with new keys), sparing the request in progress. The
     /// victims are chosen as for `max_keys` (see [`StoreShard::make_room`]).
-    fn shed(
-        &mut self,
-        t: Target<'_>,
-        now: Micros,
-        protected: &dyn Fn(usize, Fingerprint) -> bool,
-    ) {
+    fn shed(&mut self, t: Target<'_>, now: Micros, protected: &dyn Fn(usize, Fingerprint) -> bool) {
         let spared = |index: usize, fp: Fingerprint| {
             (index == t.r.index && fp == t.fp) || protected(index, fp)
         };

@@ -180,12 +180,12 @@ async fn check_batch(
     let mut valid: Vec<(usize, Vec<Arc<Policy>>, CheckBody)> = Vec::new();
     for (i, value) in batch.requests.into_iter().enumerate() {
         let parsed = parse_entry(value).and_then(|body| {
-                let policies = resolve(runtime, &body.policy)?;
-                CheckRequest::new(&policies, &body.key, body.cost)
-                    .validate()
-                    .map_err(|e| ApiError::from_store(&e))?;
-                Ok((policies, body))
-            });
+            let policies = resolve(runtime, &body.policy)?;
+            CheckRequest::new(&policies, &body.key, body.cost)
+                .validate()
+                .map_err(|e| ApiError::from_store(&e))?;
+            Ok((policies, body))
+        });
         match parsed {
             Ok((policies, body)) => {
                 valid.push((i, policies, body));

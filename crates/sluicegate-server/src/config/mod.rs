@@ -494,6 +494,40 @@ mod tests {
     }
 
     #[test]
+    fn sizes_in_bytes() {
+        assert_eq!(parse_bytes("512MiB"), Ok(512 << 20));
+        assert_eq!(parse_bytes("64 KiB"), Ok(64 << 10));
+        assert_eq!(parse_bytes("1_000_000"), Ok(1_000_000));
+        assert_eq!(parse_bytes("2GB"), Ok(2_000_000_000));
+        assert!(parse_bytes("12 parsecs").unwrap_err().contains("unit"));
+        assert!(parse_bytes("MiB").is_err());
+        assert!(parse_bytes("-1").is_err());
+        assert!(
+            parse_bytes("99999999999TiB")
+                .unwrap_err()
+                .contains("too large")
+        );
+        assert_eq!(Config::embedded().store.max_memory, DEFAULT_MAX_MEMORY);
+    }
+
+    #[test]
+    fn max_memory_is_checked_with_its_place() {
+        for (value, reason) in [
+            ("\"1KiB\"", "at least 64KiB"),
+            ("\"lots\"", "invalid size"),
+            ("-5", "max_memory"),
+        ] {
+            let text = format!("[store]\nmax_memory = {value}\n");
+            let diags = load(&text, Path::new("t.toml")).unwrap_err();
+            let first = &diags.errors[0];
+            assert_eq!((first.line, first.column), (2, 14), "{value}");
+            assert!(diags.to_string().contains(reason), "{value}: {diags}");
+        }
+        let config = load("[store]\nmax_memory = 1048576\n", Path::new("t.toml")).unwrap();
+        assert_eq!(config.store.max_memory, 1 << 20);
+    }
+
+    #[test]
     fn passwords_are_redacted() {
         assert_eq!(
             redact("redis://:s3cret@host:6379/0"),
