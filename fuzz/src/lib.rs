@@ -20,8 +20,11 @@ use sluicegate_middleware::path::normalize_path;
 use sluicegate_middleware::{ClientIdentity, ClientIpHeader, RouteSpec, RouteTable};
 use sluicegate_server::api::check::{CheckInput, parse_body, parse_entry};
 
+/// A target's check: the input bytes in, a panic on a finding.
+pub type Check = fn(&[u8]);
+
 /// The targets, by name: what `scripts/fuzz.sh` runs and the corpus folders' names.
-pub const TARGETS: [(&str, fn(&[u8])); 5] = [
+pub const TARGETS: [(&str, Check); 5] = [
     ("config_toml", config_toml),
     ("envoy_yaml", envoy_yaml),
     ("check_body", check_body),
