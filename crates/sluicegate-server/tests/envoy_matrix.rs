@@ -230,7 +230,10 @@ fn matrix_routes() -> Vec<Route> {
         route("/plain", &[one("x-v", "plain")]),
         route(
             "/nested",
-            &[descriptor(&[header("x-t", "tenant"), header("x-v", "user")])],
+            &[descriptor(&[
+                header("x-t", "tenant"),
+                header("x-v", "user"),
+            ])],
         ),
         route("/wild", &[one("x-v", "path")]),
         route("/share", &[one("x-v", "shared")]),
@@ -321,7 +324,11 @@ fn start_sluicegate(
         sluicegate_bin!(),
         &["--config", toml.to_str().unwrap(), "--envoy-listen", &grpc],
     );
-    wait_for_port(sluicegate.envoy.expect("the banner names the Envoy listener"));
+    wait_for_port(
+        sluicegate
+            .envoy
+            .expect("the banner names the Envoy listener"),
+    );
     sluicegate
 }
 
@@ -536,10 +543,7 @@ async fn unlimited(s: &Stack) {
         "{}",
         s.context("unlimited")
     );
-    assert_eq!(
-        s.statuses(2, "/free", &[("x-v", "joe")]).await,
-        [200, 429]
-    );
+    assert_eq!(s.statuses(2, "/free", &[("x-v", "joe")]).await, [200, 429]);
 }
 
 async fn replaces(s: &Stack) {
@@ -631,7 +635,11 @@ async fn limit_override(s: &Stack) {
     for remaining in ["1", "0"] {
         let r = s.get("/override", &h).await;
         assert_eq!(r.status, 200, "{}", s.context("override"));
-        assert_eq!(r.header("ratelimit-limit"), Some("2"), "Envoy's limit: 2 a day");
+        assert_eq!(
+            r.header("ratelimit-limit"),
+            Some("2"),
+            "Envoy's limit: 2 a day"
+        );
         assert_eq!(r.header("ratelimit-remaining"), Some(remaining));
     }
     assert_eq!(s.get("/override", &h).await.status, 429);
@@ -673,7 +681,11 @@ async fn all_or_nothing(s: &Stack) {
 fn one_slot_on_the_cluster(cluster: &RedisCluster) {
     let node = &cluster.nodes[0];
     let slot = |key: &str| node.cli(&["cluster", "keyslot", key]).trim().to_owned();
-    assert_ne!(slot("m/aon_a=x"), slot("m/aon_b=y"), "the case needs two slots");
+    assert_ne!(
+        slot("m/aon_a=x"),
+        slot("m/aon_b=y"),
+        "the case needs two slots"
+    );
     let mut found = Vec::new();
     for n in &cluster.nodes {
         for key in n.keys("*aon_*") {
@@ -686,7 +698,9 @@ fn one_slot_on_the_cluster(cluster: &RedisCluster) {
         "both counters are in the cluster: {found:?}"
     );
     assert!(
-        found.windows(2).all(|w| w[0].0 == w[1].0 && w[0].1 == w[1].1),
+        found
+            .windows(2)
+            .all(|w| w[0].0 == w[1].0 && w[0].1 == w[1].1),
         "one node, one slot: {found:?}"
     );
 }
@@ -767,8 +781,15 @@ fn assert_setting(setting: &str, r: &Reply, remaining: u64, clock: (f64, f64)) {
     let legacy = matches!(setting, "legacy" | "all");
     let (least, most) = reset_range(clock.0, clock.1);
     let reset = |name: &str| -> u64 {
-        let value: u64 = r.header(name).unwrap_or_else(|| panic!("{name}: {ctx}")).parse().unwrap();
-        assert!((least..=most).contains(&value), "{name} {value} not in {least}..={most}: {ctx}");
+        let value: u64 = r
+            .header(name)
+            .unwrap_or_else(|| panic!("{name}: {ctx}"))
+            .parse()
+            .unwrap();
+        assert!(
+            (least..=most).contains(&value),
+            "{name} {value} not in {least}..={most}: {ctx}"
+        );
         value
     };
     // Every header exactly once: Envoy adds, it must not duplicate.
@@ -783,11 +804,18 @@ fn assert_setting(setting: &str, r: &Reply, remaining: u64, clock: (f64, f64)) {
         "x-ratelimit-reset",
         "retry-after",
     ] {
-        assert!(r.headers.get_all(name).iter().count() <= 1, "{name} twice: {ctx}");
+        assert!(
+            r.headers.get_all(name).iter().count() <= 1,
+            "{name} twice: {ctx}"
+        );
     }
     if draft6 {
         assert_eq!(r.header("ratelimit-limit"), Some("2"), "{ctx}");
-        assert_eq!(r.header("ratelimit-remaining"), Some(remaining.to_string().as_str()), "{ctx}");
+        assert_eq!(
+            r.header("ratelimit-remaining"),
+            Some(remaining.to_string().as_str()),
+            "{ctx}"
+        );
         reset("ratelimit-reset");
     } else {
         for name in ["ratelimit-limit", "ratelimit-remaining", "ratelimit-reset"] {
@@ -795,8 +823,14 @@ fn assert_setting(setting: &str, r: &Reply, remaining: u64, clock: (f64, f64)) {
         }
     }
     if ietf {
-        assert_eq!(r.header("ratelimit-policy"), Some("\"envoy.h.user\";q=2;w=86400"), "{ctx}");
-        let state = r.header("ratelimit").unwrap_or_else(|| panic!("ratelimit: {ctx}"));
+        assert_eq!(
+            r.header("ratelimit-policy"),
+            Some("\"envoy.h.user\";q=2;w=86400"),
+            "{ctx}"
+        );
+        let state = r
+            .header("ratelimit")
+            .unwrap_or_else(|| panic!("ratelimit: {ctx}"));
         let t: u64 = state
             .strip_prefix(&format!("\"envoy.h.user\";r={remaining};t="))
             .unwrap_or_else(|| panic!("ratelimit {state}: {ctx}"))
@@ -804,17 +838,31 @@ fn assert_setting(setting: &str, r: &Reply, remaining: u64, clock: (f64, f64)) {
             .unwrap();
         assert!((least..=most).contains(&t), "t={t}: {ctx}");
     } else {
-        assert!(r.header("ratelimit-policy").is_none() && r.header("ratelimit").is_none(), "{ctx}");
+        assert!(
+            r.header("ratelimit-policy").is_none() && r.header("ratelimit").is_none(),
+            "{ctx}"
+        );
     }
     if legacy {
         assert_eq!(r.header("x-ratelimit-limit"), Some("2"), "{ctx}");
-        assert_eq!(r.header("x-ratelimit-remaining"), Some(remaining.to_string().as_str()), "{ctx}");
+        assert_eq!(
+            r.header("x-ratelimit-remaining"),
+            Some(remaining.to_string().as_str()),
+            "{ctx}"
+        );
         // A Unix time: the window's end (the middleware rounds its µs up: at most 1 s late).
         let end = ((clock.0 / 86_400.0).floor() as u64 + 1) * 86_400;
         let at: u64 = r.header("x-ratelimit-reset").unwrap().parse().unwrap();
-        assert!((end..=end + 1).contains(&at), "x-ratelimit-reset {at}, window end {end}: {ctx}");
+        assert!(
+            (end..=end + 1).contains(&at),
+            "x-ratelimit-reset {at}, window end {end}: {ctx}"
+        );
     } else {
-        for name in ["x-ratelimit-limit", "x-ratelimit-remaining", "x-ratelimit-reset"] {
+        for name in [
+            "x-ratelimit-limit",
+            "x-ratelimit-remaining",
+            "x-ratelimit-reset",
+        ] {
             assert!(r.header(name).is_none(), "{name}: {ctx}");
         }
     }
@@ -822,7 +870,11 @@ fn assert_setting(setting: &str, r: &Reply, remaining: u64, clock: (f64, f64)) {
         // A refusal: Retry-After (every setting), and the contract's JSON body.
         reset("retry-after");
         assert_eq!(r.header("content-type"), Some("application/json"), "{ctx}");
-        assert!(r.body.contains("\"error\":\"rate_limit_exceeded\""), "{}", r.body);
+        assert!(
+            r.body.contains("\"error\":\"rate_limit_exceeded\""),
+            "{}",
+            r.body
+        );
     } else {
         assert!(r.header("retry-after").is_none(), "{ctx}");
         assert_eq!(r.body, "upstream ok");
@@ -854,7 +906,12 @@ async fn every_header_setting_through_envoy() {
             routes: vec![route("/h", &[descriptor(&[header("x-user", "user")])])],
         })
         .collect();
-    let envoy = Envoy::start(&envoy_bin, &bootstrap::render(admin, upstream, &listeners), admin).await;
+    let envoy = Envoy::start(
+        &envoy_bin,
+        &bootstrap::render(admin, upstream, &listeners),
+        admin,
+    )
+    .await;
     let client = reqwest::Client::new();
     for ((setting, sg), listener) in instances.iter().zip(&listeners) {
         for (expected_status, remaining) in [(200, 1), (200, 0), (429, 0)] {

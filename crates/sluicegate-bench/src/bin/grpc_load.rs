@@ -145,10 +145,7 @@ async fn drive(
 fn cpu_ms(pid: u32) -> Result<f64, String> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).map_err(|e| e.to_string())?;
     // The command name may hold spaces: fields are counted after its closing parenthesis.
-    let rest = stat
-        .rsplit_once(')')
-        .ok_or("no ) in /proc/<pid>/stat")?
-        .1;
+    let rest = stat.rsplit_once(')').ok_or("no ) in /proc/<pid>/stat")?.1;
     let fields: Vec<&str> = rest.split_whitespace().collect();
     // After ")": state is field 3 of the man page, so utime (14) and stime (15) are 11 and 12.
     let ticks = |i: usize| -> Result<f64, String> {
