@@ -104,9 +104,10 @@ policies = ["default"]
         end as f64 / 1048576.0,
         grown as f64 / 1048576.0
     );
-    // Before the upkeep, ~15 bytes a decision: +4.3 MiB here.
+    // Measured here: +0.29 MiB; with the upkeep switched off, +2.62 MiB (about 9 bytes a
+    // decision, the histogram samples piling up).
     assert!(
-        grown < 3 << 20,
+        grown < 3 << 19,
         "RSS grew by {grown} bytes over {MEASURED} decisions on Redis"
     );
 }
