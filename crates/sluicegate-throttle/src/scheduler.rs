@@ -103,6 +103,9 @@ pub struct LevelStats {
     pub rejected_timeout: u64,
     /// Left the queue because their client went away.
     pub cancelled: u64,
+    /// Total time the admitted requests waited for their slot (0 for those admitted at
+    /// once); `waited_micros / admitted` is the mean wait.
+    pub waited_micros: u64,
 }
 
 #[derive(Debug)]
@@ -185,6 +188,7 @@ impl Scheduler {
                     rejected_full: 0,
                     rejected_timeout: 0,
                     cancelled: 0,
+                    waited_micros: 0,
                 },
                 tag: 0,
                 vtime: 0,
@@ -466,11 +470,14 @@ impl Scheduler {
             lvl.stats.queued -= 1;
             self.queued -= 1;
             if let Some(Request {
-                state: State::Queued { deadline, .. },
+                state: State::Queued { deadline, arrived },
                 ..
             }) = self.requests.remove(&id)
             {
                 self.deadlines.remove(&(deadline, id));
+                let waited = now.saturating_sub(arrived);
+                let stats = &mut self.levels[level].stats;
+                stats.waited_micros = stats.waited_micros.saturating_add(waited);
             }
             self.start(now, id, level, Arc::clone(&flow));
             self.reready(level, &flow);
