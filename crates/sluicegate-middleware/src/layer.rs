@@ -103,9 +103,7 @@ pub type HeldBody<B> = LeaseBody<PermitBody<B>>;
 /// The boxed future of [`RateLimitService`].
 pub type ResponseFuture<B, E> = Pin<
     Box<
-        dyn Future<Output = Result<Response<Either<HeldBody<B>, Full<Bytes>>>, E>>
-            + Send
-            + 'static,
+        dyn Future<Output = Result<Response<Either<HeldBody<B>, Full<Bytes>>>, E>> + Send + 'static,
     >,
 >;
 

@@ -212,7 +212,10 @@ impl Pool {
         PoolStatus {
             limit: s.limit(),
             adaptive: s.adaptive().map(|a| a.bounds()),
-            latency_floor: s.adaptive().and_then(|a| a.floor()).map(Duration::from_micros),
+            latency_floor: s
+                .adaptive()
+                .and_then(|a| a.floor())
+                .map(Duration::from_micros),
             levels: s.levels().cloned().collect(),
         }
     }

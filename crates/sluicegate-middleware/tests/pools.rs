@@ -12,9 +12,9 @@ use axum::http::HeaderMap;
 use axum::routing::any;
 use sluicegate_core::{AlgorithmKind, MemoryStore};
 use sluicegate_middleware::{KeySpec, Pool, RateLimitLayer, RateLimiter, RejectionBody, RouteSpec};
-use tokio::sync::mpsc;
 use sluicegate_throttle::PoolSpec;
 use tokio::sync::Semaphore;
+use tokio::sync::mpsc;
 
 /// What the upstream (the handler) saw.
 struct Upstream {
@@ -230,15 +230,18 @@ async fn a_streaming_body_keeps_its_slot_until_it_ends() {
     let (url, senders) = serve_streaming(Arc::clone(&pool)).await;
     let mut first = send(&url, "a").await.unwrap();
     assert_eq!(first.status(), 200, "the head has arrived");
-    senders.lock().unwrap()[0]
-        .send("part one".into())
-        .await
-        .unwrap();
+    let a_body = senders.lock().unwrap()[0].clone();
+    a_body.send("part one".into()).await.unwrap();
+    drop(a_body);
     assert_eq!(first.chunk().await.unwrap().unwrap(), "part one");
     // The body is still open: the slot is still taken, so a second request queues.
     let second = send(&url, "b");
     until("b queued behind a's open body", || pool.load() == (1, 1, 1)).await;
-    assert_eq!(senders.lock().unwrap().len(), 1, "b never reached the upstream");
+    assert_eq!(
+        senders.lock().unwrap().len(),
+        1,
+        "b never reached the upstream"
+    );
     // The body ends: its slot goes to b.
     senders.lock().unwrap().remove(0);
     assert_eq!(first.chunk().await.unwrap(), None);

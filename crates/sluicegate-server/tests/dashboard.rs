@@ -255,7 +255,10 @@ max_wait = "10m"
     };
     // a and b take both slots; c waits, then gets a's slot.
     let mut sent = vec![send("a"), send("b")];
-    until("a and b at the upstream", &|| entered.load(Ordering::SeqCst) == 2).await;
+    until("a and b at the upstream", &|| {
+        entered.load(Ordering::SeqCst) == 2
+    })
+    .await;
     sent.push(send("c"));
     let deadline = Instant::now() + Duration::from_secs(30);
     while pool_level(&base, "queued").await != 1 {
@@ -279,7 +282,12 @@ max_wait = "10m"
     assert_eq!(send("f").await.unwrap(), 429);
 
     let profile = dir.path().join("chromium-profile");
-    let dom = chromium_run(&chromium, &profile, &["--dump-dom"], &format!("{base}/dashboard"));
+    let dom = chromium_run(
+        &chromium,
+        &profile,
+        &["--dump-dom"],
+        &format!("{base}/dashboard"),
+    );
     let row = r#"<tr data-pool="backend" data-level="default" data-in-flight="2" data-queued="2" data-limit="2" data-rejected="1" data-rejected-queue-full="1" data-rejected-timeout="0" data-cancelled="0" data-admitted="3" data-mean-wait-ms=""#;
     let Some(at) = dom.find(row) else {
         panic!("the page lacks the pool's row {row:?}:\n{dom}");
@@ -297,9 +305,28 @@ max_wait = "10m"
         "mean wait {mean_wait} ms, but c alone waited {held:?} of 3 admissions"
     );
     assert!(dom.contains("default (1 share)"), "{dom}");
+    let artifacts = Path::new(sluicegate_bin!())
+        .ancestors()
+        .nth(2)
+        .unwrap()
+        .join("test-artifacts");
+    std::fs::create_dir_all(&artifacts).unwrap();
+    let shot = artifacts.join("dashboard-pools.png");
+    chromium_run(
+        &chromium,
+        &profile,
+        &[
+            &format!("--screenshot={}", shot.display()),
+            "--window-size=1280,1100",
+        ],
+        &format!("{base}/dashboard"),
+    );
 
     gate.add_permits(100);
     let statuses: Vec<_> = futures_util::future::join_all(sent).await;
-    assert!(statuses.iter().all(|s| *s.as_ref().unwrap() == 200), "{statuses:?}");
+    assert!(
+        statuses.iter().all(|s| *s.as_ref().unwrap() == 200),
+        "{statuses:?}"
+    );
     assert_eq!(pool_level(&base, "in_flight").await, 0);
 }

@@ -551,7 +551,10 @@ max_wait = "1h"
         metric(&api, &series("sluicegate_pool_queued")).await == 1.0
     })
     .await;
-    assert_eq!(metric(&api, &series("sluicegate_pool_in_flight")).await, 1.0);
+    assert_eq!(
+        metric(&api, &series("sluicegate_pool_in_flight")).await,
+        1.0
+    );
 
     // b's client goes away while it waits: it leaves the queue, and is counted as cancelled,
     // not as a wait (the histogram holds admitted requests only) nor as a rejection.
@@ -564,7 +567,10 @@ max_wait = "1h"
         metric(&api, &series("sluicegate_pool_cancelled_total")).await,
         1.0
     );
-    assert_eq!(metric(&api, &series("sluicegate_pool_in_flight")).await, 1.0);
+    assert_eq!(
+        metric(&api, &series("sluicegate_pool_in_flight")).await,
+        1.0
+    );
     assert_eq!(
         metric(&api, &series("sluicegate_pool_wait_seconds_count")).await,
         1.0,
@@ -594,7 +600,10 @@ max_wait = "1h"
         metric(&api, &series("sluicegate_pool_wait_seconds_count")).await,
         2.0
     );
-    assert_eq!(metric(&api, &series("sluicegate_pool_in_flight")).await, 0.0);
+    assert_eq!(
+        metric(&api, &series("sluicegate_pool_in_flight")).await,
+        0.0
+    );
     assert_eq!(
         metric(&api, &series("sluicegate_pool_cancelled_total")).await,
         1.0,

@@ -315,9 +315,17 @@ fn every_pool_error_is_reported_at_its_field() {
     assert_eq!(out.status.code(), Some(1));
     let stderr = String::from_utf8(out.stderr).unwrap();
     let expected = [
-        (9, 15, "concurrency must be from 1 to 1000000 or \"adaptive\", not 0"),
+        (
+            9,
+            15,
+            "concurrency must be from 1 to 1000000 or \"adaptive\", not 0",
+        ),
         (10, 9, "queue must be at most 1000000"),
-        (11, 12, "max_wait must be above zero and at most 1h"),
+        (
+            11,
+            12,
+            "max_wait must be above zero and at most 1h, not 7200 s",
+        ),
         (12, 23, "level \"critical\" needs 1 to 1000 shares, not 0"),
         (12, 26, "level name \"bad level\" must be"),
         (12, 51, "level \"batch\" shares must be a whole number"),
@@ -327,7 +335,11 @@ fn every_pool_error_is_reported_at_its_field() {
         (30, 10, "pool `levels` names no level"),
         (40, 8, "unknown pool \"nope\""),
         (51, 9, "pool \"tiers\" has no level \"gold\""),
-        (56, 8, "pool \"tiers\" has several levels; name one with `level`"),
+        (
+            56,
+            8,
+            "pool \"tiers\" has several levels; name one with `level`",
+        ),
         (63, 10, "weight must be from 1 to 1000, not 0"),
     ];
     for (line, column, reason) in expected {

@@ -581,3 +581,30 @@ impl Scheduler {
         Some(id)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::PoolSpec;
+
+    #[test]
+    fn waits_are_summed_per_level_for_admitted_requests_only() {
+        let spec = PoolSpec::fixed("p", 1).validate().unwrap();
+        let mut pool = Scheduler::new(&spec);
+        let Arrival::Admitted(a) = pool.arrive(0, 0, "a", 1) else {
+            panic!()
+        };
+        let Arrival::Queued { id: b, .. } = pool.arrive(100, 0, "b", 1) else {
+            panic!()
+        };
+        let Arrival::Queued { id: c, .. } = pool.arrive(200, 0, "c", 1) else {
+            panic!()
+        };
+        // c's client goes away after 300 µs: not an admission, so not a wait.
+        assert!(pool.withdraw(c, 500, Withdraw::Gone).0);
+        assert_eq!(pool.release(a, 1_000).admitted, vec![b]);
+        let stats = pool.levels().next().unwrap().clone();
+        assert_eq!((stats.admitted, stats.waited_micros), (2, 900));
+        assert_eq!(stats.cancelled, 1);
+    }
+}

@@ -221,7 +221,7 @@ pub enum PoolError {
     #[error("queue must be at most {MAX_QUEUE}, not {0}")]
     Queue(usize),
     /// `max_wait`.
-    #[error("max_wait must be above zero and at most 1h (got {0} µs)")]
+    #[error("max_wait must be above zero and at most 1h, not {} s", *.0 as f64 / 1e6)]
     MaxWait(Micros),
     /// Too many `levels`.
     #[error("at most {MAX_LEVELS} levels in a pool, not {0}")]
@@ -250,7 +250,9 @@ impl PoolError {
             PoolError::Queue(_) => PoolField::Queue,
             PoolError::MaxWait(_) => PoolField::MaxWait,
             PoolError::TooManyLevels(_) => PoolField::Levels,
-            PoolError::LevelName(l) | PoolError::DuplicateLevel(l) => PoolField::LevelName(l.clone()),
+            PoolError::LevelName(l) | PoolError::DuplicateLevel(l) => {
+                PoolField::LevelName(l.clone())
+            }
             PoolError::Shares(l, _) => PoolField::LevelShares(l.clone()),
         }
     }

@@ -33,8 +33,12 @@ fn limiter(pool: bool) -> RateLimiter {
     let route = RouteSpec::new("/api", &["api"]);
     let builder = RateLimiter::builder(Arc::new(MemoryStore::new(1_000_000))).policy(policy);
     let builder = if pool {
-        let spec = PoolSpec::fixed("backend", 64).validate().expect("valid pool");
-        builder.route(route.pool("backend", None)).pool(Pool::new(spec))
+        let spec = PoolSpec::fixed("backend", 64)
+            .validate()
+            .expect("valid pool");
+        builder
+            .route(route.pool("backend", None))
+            .pool(Pool::new(spec))
     } else {
         builder.route(route)
     };

@@ -1,8 +1,8 @@
 //! `[[pools]]` (fair throttling), checked here for spans, then by the throttle crate's own
 //! validation; and the `pool`, `level` and `weight` of a route.
 
-use sluicegate_middleware::RoutePool;
 use serde::Deserialize;
+use sluicegate_middleware::RoutePool;
 use sluicegate_throttle::{Capacity, PoolField, PoolSpec, ValidPool};
 
 use super::*;
@@ -81,9 +81,10 @@ impl Reader<'_> {
         for problem in spec.problems() {
             let field = |key: &str| t.get(key).map(|v| v.span());
             let level = |name: &str, shares: bool| {
-                levels.iter().find(|(l, _)| l.get_ref() == name).map(|(l, s)| {
-                    if shares { s.span() } else { l.span() }
-                })
+                levels
+                    .iter()
+                    .find(|(l, _)| l.get_ref() == name)
+                    .map(|(l, s)| if shares { s.span() } else { l.span() })
             };
             let at = match problem.field() {
                 PoolField::Name => field("name"),
@@ -96,7 +97,8 @@ impl Reader<'_> {
                 PoolField::LevelName(l) => level(&l, false),
                 PoolField::LevelShares(l) => level(&l, true),
             };
-            self.c.error(at.unwrap_or(span.clone()), problem.to_string());
+            self.c
+                .error(at.unwrap_or(span.clone()), problem.to_string());
         }
         if self.c_len() > before || capacity.is_none() {
             return None;
