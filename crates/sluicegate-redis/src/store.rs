@@ -606,5 +606,8 @@ fn batch_groups<'a>(cluster: bool, first_keys: impl Iterator<Item = &'a str>) ->
             None => by_slot.push((slot, vec![j])),
         }
     }
-    by_slot.into_iter().flat_map(|(_, group)| chunks(group)).collect()
+    by_slot
+        .into_iter()
+        .flat_map(|(_, group)| chunks(group))
+        .collect()
 }

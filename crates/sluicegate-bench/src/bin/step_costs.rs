@@ -144,9 +144,11 @@ fn main() {
         .unwrap();
     let limiter = limiter(Arc::new(MemoryStore::new(1_000_000)));
     let bare = Router::new().route("/api/items", get(|| async { "ok" }));
-    let layered = bare.clone().layer(RateLimitLayer::new(self::limiter(Arc::new(
-        MemoryStore::new(1_000_000),
-    ))));
+    let layered = bare
+        .clone()
+        .layer(RateLimitLayer::new(self::limiter(Arc::new(
+            MemoryStore::new(1_000_000),
+        ))));
     let headers = client_headers();
     let peer: IpAddr = SocketAddr::from(([127, 0, 0, 1], 1)).ip();
     match std::env::var("ONLY").as_deref() {
