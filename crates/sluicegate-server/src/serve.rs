@@ -78,8 +78,11 @@ async fn serve(
     println!("sluicegate {} listening:", env!("CARGO_PKG_VERSION"));
     println!("  api http://{api_addr}");
     println!("  dashboard http://{api_addr}/dashboard");
+    let pools_of = state.clone();
     let app = crate::app::router(state.clone()).merge(sluicegate_dashboard::router(
-        sluicegate_dashboard::Dashboard::new(dashboard).with_probe(Arc::clone(&state.store)),
+        sluicegate_dashboard::Dashboard::new(dashboard)
+            .with_probe(Arc::clone(&state.store))
+            .with_pools(move || crate::dashboard::pool_rows(&pools_of)),
     ));
     let app = crate::app::guard(app, state.clone());
     let limits = config.server.connections;
