@@ -209,9 +209,16 @@ const KEY_T: &KeyRef = KeyRef::constant("t");
 /// assert_eq!(field, r#""auth";q=10;w=60"#);
 /// ```
 pub fn policy_field(policies: &[Arc<Policy>]) -> Option<HeaderValue> {
+    let limits: Vec<(&Policy, u64)> = policies.iter().map(|p| (&**p, p.limit())).collect();
+    policy_field_with(&limits)
+}
+
+/// [`policy_field`] with each policy's limit as decided (a key's override may give it
+/// another than the policy's).
+fn policy_field_with(policies: &[(&Policy, u64)]) -> Option<HeaderValue> {
     let now = SystemClock.now();
     let mut list = ListSerializer::new();
-    for policy in policies.iter().filter(|p| p.is_enforcing()) {
+    for (policy, limit) in policies.iter().filter(|(p, _)| p.is_enforcing()) {
         let Ok(name) = StringRef::from_str(policy.name()) else {
             continue;
         };
@@ -219,7 +226,7 @@ pub fn policy_field(policies: &[Arc<Policy>]) -> Option<HeaderValue> {
         // leap February.
         let window = ceil_secs(policy.window_at(now)).max(1);
         list.bare_item(name)
-            .parameter(KEY_Q, sf_int(policy.limit()))
+            .parameter(KEY_Q, sf_int(*limit))
             .parameter(KEY_W, sf_int(window));
     }
     // `finish` is `None` for an empty list, which is not a valid field value.
@@ -228,7 +235,11 @@ pub fn policy_field(policies: &[Arc<Policy>]) -> Option<HeaderValue> {
 
 fn write_ietf(verdict: &Verdict, cached_policy: Option<&HeaderValue>, headers: &mut HeaderMap) {
     let mut state = ListSerializer::new();
-    let mut shown_policies = Vec::new();
+    let mut shown_policies: Vec<(&Policy, u64)> = Vec::new();
+    // The route's precomputed field holds the policies' own limits: not when an override
+    // gave this key another.
+    let cached_policy =
+        cached_policy.filter(|_| shown(verdict).all(|d| d.decision.limit == d.policy.limit()));
     for d in shown(verdict) {
         let Ok(name) = StringRef::from_str(d.policy.name()) else {
             continue;
@@ -239,7 +250,7 @@ fn write_ietf(verdict: &Verdict, cached_policy: Option<&HeaderValue>, headers: &
             .parameter(KEY_R, sf_int(d.decision.remaining))
             .parameter(KEY_T, sf_int(reset));
         if cached_policy.is_none() {
-            shown_policies.push(Arc::clone(&d.policy));
+            shown_policies.push((&d.policy, d.decision.limit));
         }
     }
     let Some(value) = state.finish().and_then(|v| HeaderValue::try_from(v).ok()) else {
@@ -248,7 +259,7 @@ fn write_ietf(verdict: &Verdict, cached_policy: Option<&HeaderValue>, headers: &
     headers.insert(RATELIMIT, value);
     let policy = match cached_policy {
         Some(cached) => Some(cached.clone()),
-        None => policy_field(&shown_policies),
+        None => policy_field_with(&shown_policies),
     };
     if let Some(policy) = policy {
         headers.insert(RATELIMIT_POLICY, policy);

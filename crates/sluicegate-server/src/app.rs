@@ -21,6 +21,12 @@ pub fn router(state: AppState) -> Router {
             "/v1/limits/{policy}/{key}",
             get(api::limits::get_limit).delete(api::limits::delete_limit),
         )
+        .route(
+            "/v1/overrides/{policy}/{key}",
+            get(api::overrides::get_override)
+                .put(api::overrides::put_override)
+                .delete(api::overrides::delete_override),
+        )
         .route("/v1/policies", get(api::policies::list_policies))
         // Proxies send the auth subrequest with various methods (nginx keeps the original one).
         .route("/v1/forward-auth", any(forward_auth))

@@ -71,6 +71,8 @@ async fn serve(
         Arc::clone(&dashboard) as Arc<dyn sluicegate_core::VerdictObserver>,
     ]);
     let state = AppState::new(config.clone(), opened.store, opened.memory, observer)?;
+    // The config's [[overrides]] are in the store before the first decision.
+    state.sync_overrides().await;
 
     let api = bind(config.server.listen, "API").await?;
     let gateway = match &config.gateway {
