@@ -281,9 +281,19 @@ impl StoreShard {
     /// policy with a `penalty` starts the key's penalty (see [`crate::penalty`]).
     pub(crate) fn evaluate(&mut self, t: Target<'_>, now: Micros, cost: u64) -> Decision {
         let budget = t.policy.delay_budget();
+        // The request was checked against the policy's capacity; a key's override may have
+        // a smaller one. Such a request can never be admitted for this key: denied, with
+        // the key's state as a read sees it.
+        let never = t.numbers.is_some_and(|n| cost > n.capacity());
+        let cost_now = if never { 0 } else { cost };
         let raw = match self.table(&t.r, t.policy, now) {
-            Some(table) => table.evaluate(t.fp, t.numbers, now, cost, budget),
-            None => table_for(t.policy, 1).evaluate(t.fp, t.numbers, now, cost, budget),
+            Some(table) => table.evaluate(t.fp, t.numbers, now, cost_now, budget),
+            None => table_for(t.policy, 1).evaluate(t.fp, t.numbers, now, cost_now, budget),
+        };
+        let raw = if never {
+            Decision::deny(raw.limit, raw.remaining, raw.reset_after, raw.reset_after)
+        } else {
+            raw
         };
         // Without a penalty nothing is read: removing a policy's penalty lifts running ones.
         if t.policy.penalty() == 0 {

@@ -89,7 +89,7 @@ local out = {}
 local o = 0
 local k = 0
 -- Per-item scratch for multi-policy requests, reused by every request (only 1..n is read).
-local items, costs, sts, oks = {}, {}, {}, {}
+local items, costs, sts, oks, carried = {}, {}, {}, {}, {}
 local requests = tonumber(ARGV[a])
 a = a + 1
 for _ = 1, requests do
@@ -108,15 +108,30 @@ for _ = 1, requests do
     end
     local body, sig = split_state(text or nil)
     local st = q.alg.load(key, q, now, body)
+    carried[i] = false
     if st and sig and sig ~= q.sig and q.alg.rescale then
       local old = sig_numbers(sig)
       if old then
         st = q.alg.rescale(old, q, st, now)
+        carried[i] = st ~= nil
       end
     end
     items[i], costs[i], sts[i] = q, cost, st
     if check then
-      local ok, remaining, reset, retry, delay, lease = q.alg.eval(q, st, now, cost)
+      local ok, remaining, reset, retry, delay, lease
+      local capacity = q.limit
+      if q.code >= 4 and q.code <= 6 then
+        capacity = q.burst
+      end
+      if cost > capacity then
+        -- Over the capacity of the key's override (the request was checked against the
+        -- policy's): never admissible for this key; denied, the state as a read sees it
+        -- (sluicegate-core StoreShard::evaluate).
+        ok, remaining, reset = q.alg.eval(q, st, now, 0)
+        ok, retry, delay, lease = 0, max(reset, 1), 0, 0
+      else
+        ok, remaining, reset, retry, delay, lease = q.alg.eval(q, st, now, cost)
+      end
       ok, remaining, reset, retry, delay = penalize(key, q, now, ok, remaining, reset, retry, delay)
       if ok ~= 1 then
         lease = 0
@@ -133,15 +148,17 @@ for _ = 1, requests do
   end
   for i = 1, n do
     local cost = costs[i]
-    if cost > 0 then
-      local q = items[i]
-      local key = KEYS[k - n + i]
-      SIG = q.sig
-      if not check then
-        q.alg.refund(key, q, sts[i], now, cost)
-      elseif allowed and oks[i] then
-        q.alg.commit(key, q, sts[i], now, cost)
-      end
+    local q = items[i]
+    local key = KEYS[k - n + i]
+    SIG = q.sig
+    if cost > 0 and not check then
+      q.alg.refund(key, q, sts[i], now, cost)
+    elseif cost > 0 and allowed and oks[i] then
+      q.alg.commit(key, q, sts[i], now, cost)
+    elseif carried[i] and check then
+      -- A state carried over to new numbers is written back under them at once, with the
+      -- TTL they give it: the old numbers' TTL may end before the state does.
+      q.alg.commit(key, q, sts[i], now, 0)
     end
   end
 end
