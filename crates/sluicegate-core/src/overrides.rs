@@ -133,7 +133,10 @@ mod tests {
             period: Some(3_600_000_000),
         };
         let p = base.with_override(&o).unwrap();
-        assert_eq!((p.limit(), p.burst(), p.period()), (100, 100, 3_600_000_000));
+        assert_eq!(
+            (p.limit(), p.burst(), p.period()),
+            (100, 100, 3_600_000_000)
+        );
         assert_eq!((p.mode(), p.max_delay()), (base.mode(), base.max_delay()));
         let c = Policy::builder("c", AlgorithmKind::Concurrency, 2, Duration::from_secs(30))
             .lease(Duration::from_secs(30))

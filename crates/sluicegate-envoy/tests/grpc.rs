@@ -461,17 +461,41 @@ async fn a_key_override_is_enforced_and_reported() {
         burst: None,
         period: None,
     };
-    store.set_override(&policy, &key, Some(raised)).await.unwrap();
+    store
+        .set_override(&policy, &key, Some(raised))
+        .await
+        .unwrap();
     let r = ask(&mut client, one()).await;
     assert_eq!(r.overall_code, OK);
-    assert_eq!(r.statuses[0].limit_remaining, 3, "4 used of 8, then this one");
-    assert_eq!(r.statuses[0].current_limit.as_ref().unwrap().requests_per_unit, 8);
+    assert_eq!(
+        r.statuses[0].limit_remaining, 3,
+        "4 used of 8, then this one"
+    );
+    assert_eq!(
+        r.statuses[0]
+            .current_limit
+            .as_ref()
+            .unwrap()
+            .requests_per_unit,
+        8
+    );
     assert_eq!(header(&r, "ratelimit-limit"), Some("8"));
     for _ in 0..3 {
         assert_eq!(ask(&mut client, one()).await.overall_code, OK);
     }
     assert_eq!(ask(&mut client, one()).await.overall_code, OVER);
     // Another address keeps the rule's own 5.
-    let other = ask(&mut client, request(vec![descriptor(&[("remote_address", "10.0.0.8")])])).await;
-    assert_eq!(other.statuses[0].current_limit.as_ref().unwrap().requests_per_unit, 5);
+    let other = ask(
+        &mut client,
+        request(vec![descriptor(&[("remote_address", "10.0.0.8")])]),
+    )
+    .await;
+    assert_eq!(
+        other.statuses[0]
+            .current_limit
+            .as_ref()
+            .unwrap()
+            .requests_per_unit,
+        5
+    );
 }

@@ -200,6 +200,9 @@ mod tests {
         let other = Policy::builder("p", AlgorithmKind::TokenBucket, 5, Duration::from_secs(1))
             .build()
             .unwrap();
-        assert_ne!(state_key("sg", "k", &policy(5)), state_key("sg", "k", &other));
+        assert_ne!(
+            state_key("sg", "k", &policy(5)),
+            state_key("sg", "k", &other)
+        );
     }
 }

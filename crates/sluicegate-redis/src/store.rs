@@ -8,7 +8,8 @@ use redis::Script;
 use redis::cluster_routing::Slot;
 use sluicegate_core::store::check_key;
 use sluicegate_core::{
-    BoxFuture, CheckRequest, KeyedCheck, Lease, Override, Micros, Policy, Store, StoreError, Verdict,
+    BoxFuture, CheckRequest, KeyedCheck, Lease, Micros, Override, Policy, Store, StoreError,
+    Verdict,
 };
 use tokio::sync::{Notify, mpsc, oneshot};
 use tokio::task::JoinHandle;
@@ -577,13 +578,22 @@ impl Inner {
                             .query_async::<()>(&mut conn)
                             .await
                     }
-                    None => redis::cmd("DEL").arg(&target).query_async::<()>(&mut conn).await,
+                    None => {
+                        redis::cmd("DEL")
+                            .arg(&target)
+                            .query_async::<()>(&mut conn)
+                            .await
+                    }
                 }
             })
             .await
     }
 
-    async fn get_override(&self, policy: &Policy, key: &str) -> Result<Option<Override>, StoreError> {
+    async fn get_override(
+        &self,
+        policy: &Policy,
+        key: &str,
+    ) -> Result<Option<Override>, StoreError> {
         check_key(key)?;
         let target = override_key(&self.prefix, key, policy);
         let text: Option<String> = self

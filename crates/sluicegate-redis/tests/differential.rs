@@ -220,7 +220,9 @@ async fn steps(
 ) {
     let policies = [Arc::clone(policy)];
     for step in 0..steps {
-        memory.clock().advance(Duration::from_micros(time_step(rng, policy.period())));
+        memory
+            .clock()
+            .advance(Duration::from_micros(time_step(rng, policy.period())));
         let now = clock_now(memory.clock());
         let cost = match rng.random_range(0..6) {
             0 => 0,
@@ -277,7 +279,10 @@ async fn changed_numbers_carry_over_like_the_core() {
             if !fits {
                 continue;
             }
-            memory.set_override(&first, &key, Some(value)).await.unwrap();
+            memory
+                .set_override(&first, &key, Some(value))
+                .await
+                .unwrap();
             redis.set_override(&first, &key, Some(value)).await.unwrap();
             assert_eq!(redis.get_override(&first, &key).await.unwrap(), Some(value));
             steps(&memory, &redis, &mut rng, &first, &key, 30, &context).await;

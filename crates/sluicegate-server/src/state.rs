@@ -206,11 +206,19 @@ impl AppState {
                 .config_overrides
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner);
-            let gone = applied.iter().filter(|k| !wanted.contains(k)).cloned().collect();
+            let gone = applied
+                .iter()
+                .filter(|k| !wanted.contains(k))
+                .cloned()
+                .collect();
             *applied = wanted;
             gone
         };
-        let set = runtime.config.overrides.iter().map(|o| (o.policy.as_str(), o.key.as_str(), Some(o.value)));
+        let set = runtime
+            .config
+            .overrides
+            .iter()
+            .map(|o| (o.policy.as_str(), o.key.as_str(), Some(o.value)));
         let removed = gone.iter().map(|(p, k)| (p.as_str(), k.as_str(), None));
         for (name, key, value) in set.chain(removed) {
             let Some(policy) = runtime.policy(name) else {

@@ -135,7 +135,12 @@ impl Algorithm for LeakyBucket {
             return LeakyBucketState::default();
         }
         LeakyBucketState {
-            level: sat(super::carry_scaled(level, from.period, self.limit, self.period)),
+            level: sat(super::carry_scaled(
+                level,
+                from.period,
+                self.limit,
+                self.period,
+            )),
             last: now.max(state.last),
         }
     }

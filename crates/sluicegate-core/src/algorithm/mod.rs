@@ -100,7 +100,12 @@ fn gcd(mut a: u64, mut b: u64) -> u64 {
 /// `scaled × to_period / from_period` for the buckets' fixed point (units of 1/period),
 /// rounded up to whole units of the new period reduced by gcd(limit, period): the unit the
 /// Redis scripts count in, so that both stores carry a state over to the same number.
-pub(crate) fn carry_scaled(scaled: u128, from_period: Micros, to_limit: u64, to_period: Micros) -> u128 {
+pub(crate) fn carry_scaled(
+    scaled: u128,
+    from_period: Micros,
+    to_limit: u64,
+    to_period: Micros,
+) -> u128 {
     let g = u128::from(gcd(to_limit, to_period).max(1));
     let reduced = u128::from(to_period) / g;
     crate::decision::div_ceil(scaled * reduced, from_period) * g

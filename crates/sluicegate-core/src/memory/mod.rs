@@ -43,7 +43,6 @@
 
 mod fingerprint;
 mod keyed;
-mod persist;
 mod raw;
 mod registry;
 mod shard;
@@ -244,8 +243,12 @@ impl<C: Clock> MemoryStore<C> {
             .collect();
         let verdict = Verdict::combine(decided);
         let decided = verdict.decisions.iter().map(|d| &d.decision);
-        for (i, (((item, (r, fp, s)), decision), numbers)) in
-            items.iter().zip(&parts).zip(decided).zip(&numbers).enumerate()
+        for (i, (((item, (r, fp, s)), decision), numbers)) in items
+            .iter()
+            .zip(&parts)
+            .zip(decided)
+            .zip(&numbers)
+            .enumerate()
         {
             if verdict.consumes(i) {
                 let protected = |index: usize, f: Fingerprint| {
@@ -426,7 +429,9 @@ impl<C: Clock> Store for MemoryStore<C> {
         key: &'a str,
         value: Option<Override>,
     ) -> BoxFuture<'a, Result<(), StoreError>> {
-        Box::pin(std::future::ready(self.set_override_now(policy, key, value)))
+        Box::pin(std::future::ready(
+            self.set_override_now(policy, key, value),
+        ))
     }
 
     fn get_override<'a>(

@@ -118,7 +118,10 @@ impl Registry {
             if inner.by_policy.contains_key(&counting) {
                 continue;
             }
-            if let Some(i) = dropped.iter().position(|(old, _)| old.same_lineage(&counting)) {
+            if let Some(i) = dropped
+                .iter()
+                .position(|(old, _)| old.same_lineage(&counting))
+            {
                 let (_, old) = dropped.swap_remove(i);
                 inner.next_id += 1;
                 let r = PolicyRef {
@@ -135,16 +138,6 @@ impl Registry {
             .by_address
             .retain(|_, (weak, r)| weak.strong_count() > 0 && current.contains(r));
         dropped
-    }
-
-    /// Every registered policy's numbers and place (for a snapshot).
-    pub(crate) fn refs(&self) -> Vec<(CountingKey, PolicyRef)> {
-        let inner = self.0.read();
-        inner
-            .by_policy
-            .iter()
-            .map(|(k, r)| (k.clone(), *r))
-            .collect()
     }
 
     /// Makes the indices of dropped policies available again.

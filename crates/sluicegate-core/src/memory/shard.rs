@@ -213,7 +213,7 @@ impl StoreShard {
         let now_under = numbers
             .clone()
             .unwrap_or_else(|| Arc::new(t.policy.clone()));
-        let written = std::mem::replace(&mut entry.written, Some(now_under));
+        let written = entry.written.replace(now_under);
         if entry.value.is_none() {
             list.swap_remove(at);
             if list.is_empty() {

@@ -7,7 +7,6 @@ use crate::decision::Decision;
 use crate::policy::Policy;
 
 use super::fingerprint::Fingerprint;
-use super::persist::{Persist, put_u64};
 use super::raw::RawTable;
 
 /// One policy's states in one shard, whatever its algorithm.
@@ -56,8 +55,7 @@ pub(crate) trait PolicyTable: Send {
     fn len(&self) -> usize;
     /// A few incremental expiry steps; returns how many entries were dropped.
     /// `pinned` entries (keys with an override) are never dropped as expired.
-    fn sweep(&mut self, now: Micros, steps: usize, pinned: &dyn Fn(Fingerprint) -> bool)
-    -> usize;
+    fn sweep(&mut self, now: Micros, steps: usize, pinned: &dyn Fn(Fingerprint) -> bool) -> usize;
     /// Drops one expired entry if there is any (never a `pinned` one).
     fn drop_expired(&mut self, now: Micros, pinned: &dyn Fn(Fingerprint) -> bool) -> bool;
     /// Drops the sampled state whose loss admits the fewest extra requests at `now`,
@@ -65,12 +63,6 @@ pub(crate) trait PolicyTable: Send {
     fn drop_cheapest(&mut self, now: Micros, protected: &dyn Fn(Fingerprint) -> bool) -> bool;
     /// Bytes of slots allocated.
     fn allocated_bytes(&self) -> usize;
-    /// Appends every entry (fingerprint, state) to a snapshot; returns how many.
-    fn save(&self, out: &mut Vec<u8>) -> u32;
-    /// Reads one entry's state from a snapshot and keeps it under `fp` unless it expired by
-    /// `now`, or the table is full, or `fp` is already there; `None` when the bytes are not
-    /// a state of this algorithm.
-    fn load_entry(&mut self, fp: Fingerprint, input: &mut &[u8], now: Micros) -> Option<bool>;
 }
 
 /// The numbers a key's state is kept and decided under: `None` for the table's own (its
@@ -112,10 +104,7 @@ pub(crate) fn table_for(policy: &Policy, max_len: usize) -> Box<dyn PolicyTable>
         as Box<dyn PolicyTable>)
 }
 
-impl<A: Algorithm + From<Quota>> PolicyTable for TypedTable<A>
-where
-    A::State: Persist,
-{
+impl<A: Algorithm + From<Quota>> PolicyTable for TypedTable<A> {
     fn evaluate(
         &mut self,
         fp: Fingerprint,
@@ -216,12 +205,7 @@ where
         self.raw.len()
     }
 
-    fn sweep(
-        &mut self,
-        now: Micros,
-        steps: usize,
-        pinned: &dyn Fn(Fingerprint) -> bool,
-    ) -> usize {
+    fn sweep(&mut self, now: Micros, steps: usize, pinned: &dyn Fn(Fingerprint) -> bool) -> usize {
         let alg = &self.alg;
         self.raw.sweep(now, steps, |s| alg.idle_at(s), pinned)
     }
@@ -244,27 +228,6 @@ where
         self.raw.allocated_bytes()
     }
 
-    fn save(&self, out: &mut Vec<u8>) -> u32 {
-        let mut n = 0;
-        self.raw.for_each(|fp, state| {
-            put_u64(out, fp.bits());
-            state.put(out);
-            n += 1;
-        });
-        n
-    }
-
-    fn load_entry(&mut self, fp: Fingerprint, input: &mut &[u8], now: Micros) -> Option<bool> {
-        let state = A::State::take(input)?;
-        let idle = self.alg.idle_at(&state);
-        if idle <= now || self.raw.is_full() || self.raw.find(fp).is_some() {
-            return Some(false);
-        }
-        let i = self.raw.insert(fp);
-        *self.raw.state_mut(i) = state;
-        self.raw.note_idle_at(idle);
-        Some(true)
-    }
 }
 
 /// States looked at to choose one to evict. Larger samples choose better and cost more; a

@@ -51,7 +51,11 @@ impl Reader<'_> {
             {
                 self.c.error(
                     key.span(),
-                    format!("a second override of key {:?} under {:?}", key.get_ref(), name.get_ref()),
+                    format!(
+                        "a second override of key {:?} under {:?}",
+                        key.get_ref(),
+                        name.get_ref()
+                    ),
                 );
                 continue;
             }
