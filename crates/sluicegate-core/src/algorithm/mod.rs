@@ -80,6 +80,13 @@ pub trait Algorithm: Send + Sync + 'static {
     /// concurrency their entries. The Redis scripts do the same (`rescale` in each `.lua`).
     fn rescale(&self, from: &Self, state: &Self::State, now: Micros) -> Self::State;
 
+    /// Bytes `state` holds on the heap beyond its own size (the sliding log's entries, the
+    /// concurrency leases): what the memory store's `max_memory` counts besides its slots.
+    fn heap_bytes(state: &Self::State) -> usize {
+        let _ = state;
+        0
+    }
+
     /// Frees the lease that expires at `expires_at` and holds `cost`, if the key still holds
     /// it; returns whether it did. Only [`Concurrency`] has leases (an admitted decision
     /// names its lease in [`Decision::lease`]); the rate algorithms have nothing to free.

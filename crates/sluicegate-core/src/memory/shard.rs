@@ -100,6 +100,8 @@ pub(crate) struct StoreShard {
     tables: Vec<Option<TableSlot>>,
     count: usize,
     cap: usize,
+    /// This shard's share of `max_memory`, bytes (`usize::MAX`: no bound in bytes).
+    byte_cap: usize,
     /// Only keys some policy with a `penalty` denied; at most `cap` of them.
     penalties: Penalties,
     /// Keys with their own numbers (set by an administrator or the config, not by clients).
@@ -115,11 +117,12 @@ fn overridden(overrides: &Overrides, name: &str, fp: Fingerprint) -> bool {
 }
 
 impl StoreShard {
-    pub(crate) fn new(cap: usize) -> Self {
+    pub(crate) fn new(cap: usize, byte_cap: usize) -> Self {
         StoreShard {
             tables: Vec::new(),
             count: 0,
             cap: cap.max(1),
+            byte_cap,
             penalties: Penalties::default(),
             overrides: Overrides::default(),
         }
@@ -137,6 +140,17 @@ impl StoreShard {
             .flatten()
             .map(|t| t.table.allocated_bytes())
             .sum()
+    }
+
+    /// Bytes held, over all policies: slots, sliding logs and leases, running penalties.
+    pub(crate) fn bytes(&self) -> usize {
+        let penalty = std::mem::size_of::<((usize, u64, Fingerprint), Micros)>() + 1;
+        let tables: usize = self.tables.iter().flatten().map(|t| t.table.bytes()).sum();
+        tables + self.penalties.capacity() * penalty
+    }
+
+    fn over_budget(&self) -> bool {
+        self.byte_cap != usize::MAX && self.bytes() > self.byte_cap
     }
 
     /// The table of `r`, created on first use. A table of an older version of the same
@@ -334,7 +348,7 @@ impl StoreShard {
         if cost == 0 {
             return;
         }
-        let full = self.count >= self.cap;
+        let full = self.count >= self.cap || self.over_budget();
         let Some(table) = self.table(&t.r, t.policy, now) else {
             return;
         };
@@ -348,6 +362,17 @@ impl StoreShard {
         {
             self.count += 1;
         }
+        self.shed(t, now, protected);
+    }
+
+    /// Evicts until the shard is within its bytes again (a sliding log grows with every
+    /// admitted request, not only with new keys), sparing the request in progress. The
+    /// victims are chosen as for `max_keys` (see [`StoreShard::make_room`]).
+    fn shed(&mut self, t: Target<'_>, now: Micros, protected: &dyn Fn(usize, Fingerprint) -> bool) {
+        let spared = |index: usize, fp: Fingerprint| {
+            (index == t.r.index && fp == t.fp) || protected(index, fp)
+        };
+        while self.over_budget() && self.count > 0 && self.make_room(now, &spared) {}
     }
 
     /// Evicts one entry: an expired one of any policy if there is one (it is identical to
@@ -451,7 +476,7 @@ mod tests {
             .build()
             .unwrap();
         let hasher = KeyHasher::new();
-        let mut shard = StoreShard::new(64);
+        let mut shard = StoreShard::new(64, usize::MAX);
         let r = PolicyRef {
             index: 0,
             id: 1,

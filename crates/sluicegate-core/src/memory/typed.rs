@@ -63,6 +63,8 @@ pub(crate) trait PolicyTable: Send {
     fn drop_cheapest(&mut self, now: Micros, protected: &dyn Fn(Fingerprint) -> bool) -> bool;
     /// Bytes of slots allocated.
     fn allocated_bytes(&self) -> usize;
+    /// Bytes held: the slots and what the states keep on the heap (sliding logs, leases).
+    fn bytes(&self) -> usize;
 }
 
 /// The numbers a key's state is kept and decided under: `None` for the table's own (its
@@ -79,7 +81,7 @@ impl<A: Algorithm + From<Quota>> TypedTable<A> {
     pub(crate) fn new(alg: A, max_len: usize) -> Self {
         TypedTable {
             alg,
-            raw: RawTable::new(max_len),
+            raw: RawTable::with_heap(max_len, A::heap_bytes),
         }
     }
 }
@@ -139,7 +141,7 @@ impl<A: Algorithm + From<Quota>> PolicyTable for TypedTable<A> {
             Some(i) => (i, false),
             None => (self.raw.insert(fp), true),
         };
-        alg.consume(self.raw.state_mut(i), now, cost);
+        self.raw.update(i, |state| alg.consume(state, now, cost));
         self.raw
             .note_idle_at(now.saturating_add(decided.reset_after));
         inserted
@@ -149,9 +151,10 @@ impl<A: Algorithm + From<Quota>> PolicyTable for TypedTable<A> {
         let owned;
         let alg = alg_for!(self, numbers, owned);
         if let Some(i) = self.raw.find(fp) {
-            let state = self.raw.state_mut(i);
-            alg.refund(state, now, cost);
-            let idle = alg.idle_at(state);
+            let idle = self.raw.update(i, |state| {
+                alg.refund(state, now, cost);
+                alg.idle_at(state)
+            });
             self.raw.note_idle_at(idle);
         }
     }
@@ -169,9 +172,10 @@ impl<A: Algorithm + From<Quota>> PolicyTable for TypedTable<A> {
         let Some(i) = self.raw.find(fp) else {
             return false;
         };
-        let state = self.raw.state_mut(i);
-        let freed = alg.release(state, now, expires_at, cost);
-        let idle = alg.idle_at(state);
+        let (freed, idle) = self.raw.update(i, |state| {
+            let freed = alg.release(state, now, expires_at, cost);
+            (freed, alg.idle_at(state))
+        });
         self.raw.note_idle_at(idle);
         freed
     }
@@ -189,9 +193,10 @@ impl<A: Algorithm + From<Quota>> PolicyTable for TypedTable<A> {
         let old = alg_for!(self, from, owned_from);
         let new = alg_for!(self, to, owned_to);
         if let Some(i) = self.raw.find(fp) {
-            let state = self.raw.state_mut(i);
-            *state = new.rescale(old, state, now);
-            let idle = new.idle_at(state);
+            let idle = self.raw.update(i, |state| {
+                *state = new.rescale(old, state, now);
+                new.idle_at(state)
+            });
             self.raw.note_idle_at(idle);
         }
     }
@@ -228,6 +233,9 @@ impl<A: Algorithm + From<Quota>> PolicyTable for TypedTable<A> {
         self.raw.allocated_bytes()
     }
 
+    fn bytes(&self) -> usize {
+        self.raw.bytes()
+    }
 }
 
 /// States looked at to choose one to evict. Larger samples choose better and cost more; a
