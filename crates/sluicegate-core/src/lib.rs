@@ -31,6 +31,7 @@ pub mod memory;
 pub mod overrides;
 pub mod penalty;
 pub mod policy;
+pub mod render;
 pub mod spec;
 pub mod store;
 pub mod verdict;
