@@ -8,7 +8,8 @@ use redis::Script;
 use redis::cluster_routing::Slot;
 use sluicegate_core::store::check_key;
 use sluicegate_core::{
-    BoxFuture, CheckRequest, KeyedCheck, Lease, Micros, Policy, Store, StoreError, Verdict,
+    BoxFuture, CheckRequest, KeyedCheck, Lease, Micros, Override, Policy, Store, StoreError,
+    Verdict,
 };
 use tokio::sync::{Notify, mpsc, oneshot};
 use tokio::task::JoinHandle;
@@ -17,7 +18,7 @@ use crate::cache::DenyCache;
 use crate::coalesce::{Job, QUEUE_DEPTH, dispatch};
 use crate::config::{RedisConfig, RedisStoreError};
 use crate::conn::Target;
-use crate::keys::{placed_state_key, state_key};
+use crate::keys::{override_key, placed_state_key, state_key};
 use crate::link::{Link, unavailable};
 use crate::range::params;
 use crate::script::{Item, Op, entry_script, invocation, verdicts};
@@ -386,33 +387,10 @@ impl Inner {
                 }
             }
         }
-        // Standalone: everything in order, in chunks. Cluster: one group per hash slot,
-        // since a script may only touch keys of one slot.
-        let groups: Vec<Vec<usize>> = if self.link.is_cluster() {
-            let mut by_slot: Vec<(Slot, Vec<usize>)> = Vec::new();
-            for (j, (_, items, _)) in pending.iter().enumerate() {
-                let slot = Slot::for_key(&items[0].key);
-                match by_slot.iter_mut().find(|(s, _)| *s == slot) {
-                    Some((_, group)) => group.push(j),
-                    None => by_slot.push((slot, vec![j])),
-                }
-            }
-            by_slot
-                .into_iter()
-                .flat_map(|(_, group)| {
-                    group
-                        .chunks(BATCH_CHUNK)
-                        .map(<[usize]>::to_vec)
-                        .collect::<Vec<_>>()
-                })
-                .collect()
-        } else {
-            (0..pending.len())
-                .collect::<Vec<_>>()
-                .chunks(BATCH_CHUNK)
-                .map(<[usize]>::to_vec)
-                .collect()
-        };
+        let groups = batch_groups(
+            self.link.is_cluster(),
+            pending.iter().map(|(_, items, _)| items[0].key.as_str()),
+        );
         let pending = &pending;
         let calls = groups.iter().map(|group| async move {
             let requests: Vec<&[Item]> = group.iter().map(|&j| pending[j].1.as_slice()).collect();
@@ -542,6 +520,68 @@ impl Inner {
             .await
     }
 
+    async fn set_override(
+        &self,
+        policy: &Policy,
+        key: &str,
+        value: Option<Override>,
+    ) -> Result<(), StoreError> {
+        check_key(key)?;
+        if let Some(value) = &value {
+            // The script must decide the key's numbers exactly, like a configured policy's.
+            let numbers = policy
+                .with_override(value)
+                .map_err(|e| StoreError::Unsupported(e.to_string()))?;
+            params(&numbers).map_err(|e| StoreError::Unsupported(e.to_string()))?;
+        }
+        let target = override_key(&self.prefix, key, policy);
+        if let Some(cache) = &self.cache {
+            cache.forget(&state_key(&self.prefix, key, policy));
+        }
+        self.link
+            .run(move |mut conn| async move {
+                match value {
+                    // An administrator's or the config's contract: kept until removed (the
+                    // one key without a TTL; clients cannot create such keys).
+                    Some(v) => {
+                        redis::cmd("SET")
+                            .arg(&target)
+                            .arg(format!(
+                                "{} {} {}",
+                                v.limit,
+                                v.burst.unwrap_or(0),
+                                v.period.unwrap_or(0)
+                            ))
+                            .query_async::<()>(&mut conn)
+                            .await
+                    }
+                    None => {
+                        redis::cmd("DEL")
+                            .arg(&target)
+                            .query_async::<()>(&mut conn)
+                            .await
+                    }
+                }
+            })
+            .await
+    }
+
+    async fn get_override(
+        &self,
+        policy: &Policy,
+        key: &str,
+    ) -> Result<Option<Override>, StoreError> {
+        check_key(key)?;
+        let target = override_key(&self.prefix, key, policy);
+        let text: Option<String> = self
+            .link
+            .run(move |mut conn| async move {
+                redis::cmd("GET").arg(&target).query_async(&mut conn).await
+            })
+            .await?;
+        Ok(text.and_then(|t| parse_override(&t)))
+    }
+
     /// A write, not a `PING`: a server that answers but refuses writes (OOM, READONLY,
     /// MASTERDOWN…) cannot decide, so it is not ready.
     async fn ping(&self) -> Result<(), StoreError> {
@@ -602,6 +642,23 @@ impl Store for RedisStore {
         Box::pin(self.inner.reset(policy, key))
     }
 
+    fn set_override<'a>(
+        &'a self,
+        policy: &'a Arc<Policy>,
+        key: &'a str,
+        value: Option<Override>,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(self.inner.set_override(policy, key, value))
+    }
+
+    fn get_override<'a>(
+        &'a self,
+        policy: &'a Policy,
+        key: &'a str,
+    ) -> BoxFuture<'a, Result<Option<Override>, StoreError>> {
+        Box::pin(self.inner.get_override(policy, key))
+    }
+
     fn ping(&self) -> BoxFuture<'_, Result<(), StoreError>> {
         Box::pin(self.inner.ping())
     }
@@ -609,4 +666,39 @@ impl Store for RedisStore {
     fn kind(&self) -> &'static str {
         self.inner.kind()
     }
+}
+
+/// An override as the script reads it: "limit burst period" (0: the policy's own).
+fn parse_override(text: &str) -> Option<Override> {
+    let mut numbers = text.split(' ').map(|n| n.parse::<u64>().ok());
+    let (limit, burst, period) = (numbers.next()??, numbers.next()??, numbers.next()??);
+    Some(Override {
+        limit,
+        burst: (burst > 0).then_some(burst),
+        period: (period > 0).then_some(period),
+    })
+}
+
+/// The requests of a batch (by their first key) in the groups one script call each decides:
+/// standalone, everything in order, in chunks of `BATCH_CHUNK`; on a cluster one group per
+/// hash slot first, since a script may only touch keys of one slot.
+fn batch_groups<'a>(cluster: bool, first_keys: impl Iterator<Item = &'a str>) -> Vec<Vec<usize>> {
+    let chunks = |group: Vec<usize>| -> Vec<Vec<usize>> {
+        group.chunks(BATCH_CHUNK).map(<[usize]>::to_vec).collect()
+    };
+    if !cluster {
+        return chunks(first_keys.enumerate().map(|(j, _)| j).collect());
+    }
+    let mut by_slot: Vec<(Slot, Vec<usize>)> = Vec::new();
+    for (j, key) in first_keys.enumerate() {
+        let slot = Slot::for_key(key);
+        match by_slot.iter_mut().find(|(s, _)| *s == slot) {
+            Some((_, group)) => group.push(j),
+            None => by_slot.push((slot, vec![j])),
+        }
+    }
+    by_slot
+        .into_iter()
+        .flat_map(|(_, group)| chunks(group))
+        .collect()
 }
