@@ -163,6 +163,11 @@ impl Algorithm for Concurrency {
         }
     }
 
+    fn rescale(&self, _from: &Self, state: &Self::State, _now: Micros) -> Self::State {
+        // Leases in flight stay held (and keep their expiry).
+        state.clone()
+    }
+
     #[inline]
     fn idle_at(&self, state: &Self::State) -> Micros {
         state.last

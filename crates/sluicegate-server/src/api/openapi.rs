@@ -22,6 +22,9 @@ use crate::state::AppState;
         super::check::check,
         super::limits::get_limit,
         super::limits::delete_limit,
+        super::overrides::put_override,
+        super::overrides::get_override,
+        super::overrides::delete_override,
         super::policies::list_policies,
         super::health::healthz,
         super::health::readyz,
@@ -29,7 +32,7 @@ use crate::state::AppState;
     ),
     components(schemas(
         CheckBody, BatchBody, PolicyNames, CheckResponse, PolicyResult, BatchResponse, BatchEntry,
-        PoliciesResponse, PolicyInfo, Health, super::ErrorBody
+        PoliciesResponse, PolicyInfo, Health, super::ErrorBody, super::overrides::OverrideBody
     )),
     modifiers(&AdminToken),
 )]
