@@ -269,7 +269,7 @@ impl Reader<'_> {
         t: &DeTable<'_>,
         file: &Path,
         policies: &[(Arc<Policy>, Range<usize>)],
-    ) -> EnvoyConfig {
+    ) -> sluicegate_envoy::EnvoySection {
         let what = "[envoy]";
         self.unknown(t, what, ENVOY);
         let listen = if t.get("listen").is_some() {
@@ -298,7 +298,7 @@ impl Reader<'_> {
             flag("quota"),
             flag("dynamic_metadata"),
         );
-        let section = EnvoyConfig {
+        let section = sluicegate_envoy::EnvoySection {
             listen,
             config,
             algorithm: algorithm.map(Spanned::into_inner),
@@ -352,7 +352,7 @@ impl Reader<'_> {
     /// Compiles the section as `sluicegate-envoy` will, so its errors show at load time.
     fn envoy_compiles(
         &mut self,
-        section: &EnvoyConfig,
+        section: &sluicegate_envoy::EnvoySection,
         policies: &[(Arc<Policy>, Range<usize>)],
         config_key: Option<&Spanned<String>>,
         rules: Option<&Spanned<Vec<sluicegate_envoy::RuleSpec>>>,
