@@ -232,6 +232,11 @@ async fn proxy(
             return bad_gateway();
         }
         Err(_) => {
+            // A timeout is the upstream's latency (unlike a refused connection, whose
+            // dropped permit gives the adaptive limit no sample).
+            if let Some(permit) = permit {
+                permit.complete();
+            }
             tracing::warn!(upstream = %upstream, timeout = ?upstream_timeout, "upstream sent no response head in time");
             return ApiError::new(
                 StatusCode::GATEWAY_TIMEOUT,
