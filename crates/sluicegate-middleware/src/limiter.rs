@@ -521,8 +521,9 @@ impl RateLimitDecision {
     }
 
     /// Waits for the route's pool slot (after [`wait`](Self::wait)): `Ok(None)` when the
-    /// route has no pool, `Ok(permit)` to hold while the upstream works (drop it when the
-    /// response ends), or the pool's 429 ([`PoolRejected::response`]). Cancel-safe:
+    /// route has no pool, `Ok(permit)` to hold while the upstream works (wrap the response
+    /// body in a [`PermitBody`](crate::PermitBody), which frees it when the body ends, or
+    /// call [`PoolPermit::complete`] after a complete response), or the pool's 429 ([`PoolRejected::response`]). Cancel-safe:
     /// dropping the future leaves the queue at once.
     pub async fn enter_pool(&self) -> Result<Option<PoolPermit>, PoolRejected> {
         match &self.pool {
