@@ -245,6 +245,7 @@ impl RateLimitService {
                 allowed,
                 delay: 0,
                 decisions,
+                at: 0,
             };
             self.decider.observe(&slot.key, &verdict);
             for d in verdict.decisions {
@@ -257,6 +258,7 @@ impl RateLimitService {
             allowed,
             delay: 0,
             decisions: all,
+            at: 0,
         }
     }
 

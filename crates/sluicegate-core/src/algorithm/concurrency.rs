@@ -163,6 +163,9 @@ impl Algorithm for Concurrency {
         }
     }
 
+    /// Nothing to settle: a lease is freed by [`Algorithm::release`], not by a cost.
+    fn settle(&self, _: &mut Self::State, _: Micros, _: super::Admitted, _: u64) {}
+
     #[inline]
     fn idle_at(&self, state: &Self::State) -> Micros {
         state.last

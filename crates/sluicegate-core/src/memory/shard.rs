@@ -4,6 +4,7 @@
 use std::collections::HashMap;
 use std::ops::{Deref, DerefMut};
 
+use crate::algorithm::Admitted;
 use crate::clock::Micros;
 use crate::decision::Decision;
 use crate::policy::Policy;
@@ -214,6 +215,26 @@ impl StoreShard {
     pub(crate) fn refund(&mut self, t: Target<'_>, now: Micros, cost: u64) {
         if let Some(table) = self.table(&t.r, t.policy) {
             table.refund(t.fp, now, cost);
+        }
+    }
+
+    /// Settles one policy's part of a reservation (see [`Algorithm::settle`]); a charge on
+    /// an untracked key makes room for it like a commit.
+    ///
+    /// [`Algorithm::settle`]: crate::algorithm::Algorithm::settle
+    pub(crate) fn settle(&mut self, t: Target<'_>, now: Micros, a: Admitted, real: u64) {
+        let full = self.count >= self.cap;
+        let Some(table) = self.table(&t.r, t.policy) else {
+            return;
+        };
+        let tracked = table.contains(t.fp);
+        if !tracked && (real <= a.estimate || (full && !self.make_room(now, &|_, _| false))) {
+            return;
+        }
+        if let Some(table) = self.table(&t.r, t.policy)
+            && table.settle(t.fp, now, a, real)
+        {
+            self.count += 1;
         }
     }
 

@@ -18,7 +18,8 @@
 -- that admits it consumes; else nothing is consumed (sluicegate-core Verdict::combine).
 -- Reply to "check": per item 6 integers: allowed (0/1), remaining, reset_after µs,
 -- retry_after µs (-1: none), delay µs, lease (concurrency: when the lease the item takes
--- if the request goes ahead expires, µs since the epoch; else 0).
+-- if the request goes ahead expires, µs since the epoch; else 0); then, once at the end,
+-- the script's time in µs (a reservation records when it was admitted).
 
 local CONSTRUCTORS = { fixed_window, sliding_log, sliding_window, token_bucket, leaky_bucket, gcra, concurrency }
 
@@ -122,4 +123,5 @@ for _ = 1, requests do
     end
   end
 end
+out[#out + 1] = now
 return out

@@ -155,14 +155,16 @@ fn bad_reply(what: &str) -> StoreError {
 
 /// Turns the script's reply into one verdict per request, in order.
 pub(crate) fn verdicts(requests: &[&[Item]], reply: &[i64]) -> Result<Vec<Verdict>, StoreError> {
-    let expected: usize = requests.iter().map(|r| r.len() * REPLY_WIDTH).sum();
+    let expected: usize = requests.iter().map(|r| r.len() * REPLY_WIDTH).sum::<usize>() + 1;
     if reply.len() != expected {
         return Err(bad_reply(&format!(
             "{} integers, expected {expected}",
             reply.len()
         )));
     }
-    let mut chunks = reply.chunks_exact(REPLY_WIDTH);
+    // The script's time closes the reply.
+    let at = u64::try_from(reply[expected - 1]).map_err(|_| bad_reply("negative time"))?;
+    let mut chunks = reply[..expected - 1].chunks_exact(REPLY_WIDTH);
     let mut out = Vec::with_capacity(requests.len());
     for items in requests {
         let mut decided = Vec::with_capacity(items.len());
@@ -181,7 +183,9 @@ pub(crate) fn verdicts(requests: &[&[Item]], reply: &[i64]) -> Result<Vec<Verdic
             };
             decided.push((Arc::clone(&item.policy), decision, item.cost));
         }
-        out.push(Verdict::combine(decided));
+        let mut verdict = Verdict::combine(decided);
+        verdict.at = at;
+        out.push(verdict);
     }
     Ok(out)
 }
