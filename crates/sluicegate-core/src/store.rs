@@ -393,7 +393,10 @@ pub trait Store: Send + Sync + 'static {
     /// algorithm), once per [`Settlement::id`], atomically with marking the id settled.
     ///
     /// The default answers [`StoreError::Unsupported`].
-    fn settle<'a>(&'a self, settlement: Settlement<'a>) -> BoxFuture<'a, Result<Settled, StoreError>> {
+    fn settle<'a>(
+        &'a self,
+        settlement: Settlement<'a>,
+    ) -> BoxFuture<'a, Result<Settled, StoreError>> {
         let _ = settlement;
         Box::pin(std::future::ready(Err(StoreError::Unsupported(format!(
             "the {} store cannot settle reservations",
@@ -465,7 +468,10 @@ impl<S: Store + ?Sized> Store for Arc<S> {
     ) -> BoxFuture<'a, Result<(), StoreError>> {
         (**self).reset(policy, key)
     }
-    fn settle<'a>(&'a self, settlement: Settlement<'a>) -> BoxFuture<'a, Result<Settled, StoreError>> {
+    fn settle<'a>(
+        &'a self,
+        settlement: Settlement<'a>,
+    ) -> BoxFuture<'a, Result<Settled, StoreError>> {
         (**self).settle(settlement)
     }
     fn ping(&self) -> BoxFuture<'_, Result<(), StoreError>> {

@@ -63,7 +63,15 @@ fn cases() -> impl Strategy<Value = Case> {
             )
         })
         .prop_map(
-            |((kind, limit, period, burst), before, estimate, real, between, settle_after, probes)| {
+            |(
+                (kind, limit, period, burst),
+                before,
+                estimate,
+                real,
+                between,
+                settle_after,
+                probes,
+            )| {
                 Case {
                     kind,
                     limit,
@@ -172,7 +180,11 @@ fn settle_equals_upfront_when_nothing_else_happened() {
                 let remaining = alg.evaluate(&s, T0, estimate, None).remaining;
                 alg.consume(&mut s, T0, estimate);
                 alg.consume(&mut u, T0, real);
-                let admitted = Admitted { at: T0, estimate, remaining };
+                let admitted = Admitted {
+                    at: T0,
+                    estimate,
+                    remaining,
+                };
                 alg.settle(&mut s, T0 + 1, admitted, real);
                 (
                     alg.evaluate(&s, T0 + 1, 0, None).remaining,

@@ -125,7 +125,11 @@ impl Algorithm for FixedWindow {
         let count = if real < estimate {
             count.saturating_sub(estimate - real)
         } else {
-            count.max(count.saturating_add(real - estimate).min(self.limit.saturating_mul(2)))
+            count.max(
+                count
+                    .saturating_add(real - estimate)
+                    .min(self.limit.saturating_mul(2)),
+            )
         };
         *state = FixedWindowState { window, count };
     }

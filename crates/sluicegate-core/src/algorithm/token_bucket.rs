@@ -134,7 +134,11 @@ impl Algorithm for TokenBucket {
         let tokens = self.tokens_at(state, now);
         let tokens = if real < a.estimate {
             let refilled = i128::from(now.saturating_sub(a.at)) * i128::from(self.limit);
-            let give = (i128::from(a.estimate - real) * p).min(a.shortfall_left(self.capacity(), p, refilled));
+            let give = (i128::from(a.estimate - real) * p).min(a.shortfall_left(
+                self.capacity(),
+                p,
+                refilled,
+            ));
             if give <= 0 || state.last == 0 {
                 return;
             }

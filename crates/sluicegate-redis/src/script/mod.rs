@@ -155,7 +155,11 @@ fn bad_reply(what: &str) -> StoreError {
 
 /// Turns the script's reply into one verdict per request, in order.
 pub(crate) fn verdicts(requests: &[&[Item]], reply: &[i64]) -> Result<Vec<Verdict>, StoreError> {
-    let expected: usize = requests.iter().map(|r| r.len() * REPLY_WIDTH).sum::<usize>() + 1;
+    let expected: usize = requests
+        .iter()
+        .map(|r| r.len() * REPLY_WIDTH)
+        .sum::<usize>()
+        + 1;
     if reply.len() != expected {
         return Err(bad_reply(&format!(
             "{} integers, expected {expected}",

@@ -7,6 +7,8 @@ pub mod health;
 pub mod limits;
 pub mod openapi;
 pub mod policies;
+pub mod settle;
+pub mod token;
 pub mod types;
 
 pub use error::{ApiError, ErrorBody};

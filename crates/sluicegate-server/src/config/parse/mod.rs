@@ -49,6 +49,8 @@ const SERVER: &[&str] = &[
     "max_waiting",
     "allow",
     "deny",
+    "reservation_secret",
+    "reservation_ttl",
 ];
 const STORE: &[&str] = &[
     "backend",
