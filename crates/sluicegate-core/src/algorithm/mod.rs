@@ -116,10 +116,11 @@ pub struct Admitted {
 impl Admitted {
     /// A lower bound of how far below full (scaled units, `unit` a request) a bucket was
     /// right after this admission, less `refilled` units since: at least the estimate, and
-    /// more than `capacity - (remaining + 1) × unit`.
+    /// more than `capacity - (remaining + 1) × unit`. Homogeneous in the scale, so the
+    /// scripts' reduced units (limit and period divided by their gcd) give the same answer.
     pub fn shortfall_left(&self, capacity: i128, unit: i128, refilled: i128) -> i128 {
         let estimate = i128::from(self.estimate) * unit;
-        let short = capacity - (i128::from(self.remaining) + 1) * unit + 1;
+        let short = capacity - (i128::from(self.remaining) + 1) * unit;
         estimate.max(short) - refilled
     }
 }

@@ -1,0 +1,61 @@
+-- The settle entry point (reserve then settle): sets the real cost of one admitted request
+-- in each policy it consumed from, once. Concatenated after common.lua, the algorithm files
+-- and the clock (see mod.rs), like entry.lua.
+--
+-- KEYS[1]  the reservation's one-time marker (same hash tag as the state keys)
+-- KEYS[2…] one state key per policy, in order
+-- ARGV[1]  "" (the Redis server's time) or, in test builds, a caller's time in µs
+-- ARGV[2]  expires_at µs: after it the reservation cannot be settled
+-- ARGV[3]  admitted_at µs, ARGV[4] the estimate, ARGV[5] the real cost
+-- then     per policy 6 fields: algorithm (1..7), limit, period, burst (as entry.lua
+--          receives them), remaining right after admission, the number B of calendar
+--          boundaries, then B instants
+-- Reply: 0 settled, 1 settled before (nothing changed), 2 expired (nothing changed).
+
+local CONSTRUCTORS = { fixed_window, sliding_log, sliding_window, token_bucket, leaky_bucket, gcra, concurrency }
+
+local now = script_now()
+local expires_at = tonumber(ARGV[2])
+if now >= expires_at then
+  return 2
+end
+-- The marker lives until the reservation expires: a replay meanwhile finds it.
+local marked = redis.call('SET', KEYS[1], '1', 'NX', 'PX', ttl_ms(expires_at, now))
+if not marked then
+  return 1
+end
+
+local admitted = { at = tonumber(ARGV[3]), estimate = tonumber(ARGV[4]) }
+local real = tonumber(ARGV[5])
+local a = 6
+for k = 2, #KEYS do
+  local alg = CONSTRUCTORS[tonumber(ARGV[a])]()
+  local q = {
+    limit = tonumber(ARGV[a + 1]),
+    period = tonumber(ARGV[a + 2]),
+    burst = tonumber(ARGV[a + 3]),
+    max_delay = -1,
+    penalty = 0,
+    shadow = false,
+  }
+  local item = { at = admitted.at, estimate = admitted.estimate, remaining = tonumber(ARGV[a + 4]) }
+  local nb = tonumber(ARGV[a + 5])
+  if nb > 0 then
+    local bounds = {}
+    for i = 1, nb do
+      bounds[i] = tonumber(ARGV[a + 5 + i])
+    end
+    q.bounds = bounds
+  end
+  a = a + 6 + nb
+  if alg.settle then
+    local key = KEYS[k]
+    -- A sliding log is a list (GET would fail on it); its load reads the list itself.
+    local text = nil
+    if redis.call('TYPE', key)['ok'] == 'string' then
+      text = redis.call('GET', key)
+    end
+    alg.settle(key, q, alg.load(key, q, now, text), now, item, real)
+  end
+end
+return 0
