@@ -134,11 +134,27 @@ async fn run(redis: &RedisStore, seed: u64, policies: Vec<Arc<Policy>>, steps: u
                     id: &id,
                 };
                 let context = format!("{context} settle {r:?} real {real}");
-                assert_eq!(memory.settle(settlement).await, Ok(Settled::Done), "{context}");
-                assert_eq!(redis.settle_at(settlement, now).await, Ok(Settled::Done), "{context}");
+                assert_eq!(
+                    memory.settle(settlement).await,
+                    Ok(Settled::Done),
+                    "{context}"
+                );
+                assert_eq!(
+                    redis.settle_at(settlement, now).await,
+                    Ok(Settled::Done),
+                    "{context}"
+                );
                 // Settled once: a replay changes nothing, in both stores.
-                assert_eq!(memory.settle(settlement).await, Ok(Settled::Replayed), "{context}");
-                assert_eq!(redis.settle_at(settlement, now).await, Ok(Settled::Replayed), "{context}");
+                assert_eq!(
+                    memory.settle(settlement).await,
+                    Ok(Settled::Replayed),
+                    "{context}"
+                );
+                assert_eq!(
+                    redis.settle_at(settlement, now).await,
+                    Ok(Settled::Replayed),
+                    "{context}"
+                );
             }
             _ => {
                 let request = CheckRequest::new(chosen, key, cost);

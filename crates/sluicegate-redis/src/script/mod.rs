@@ -78,7 +78,9 @@ pub(crate) fn settle_invocation<'s>(
         None => inv.arg(""),
     };
     // Beyond 2^50 over the estimate every rule's cap decides; the scripts stay exact.
-    let real = s.real.min(s.estimate.saturating_add(crate::range::EXACT_BOUND));
+    let real = s
+        .real
+        .min(s.estimate.saturating_add(crate::range::EXACT_BOUND));
     inv.key(marker)
         .arg(s.expires_at)
         .arg(s.admitted_at)
