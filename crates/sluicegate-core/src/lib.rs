@@ -30,6 +30,7 @@ pub mod decision;
 pub mod memory;
 pub mod penalty;
 pub mod policy;
+pub mod render;
 pub mod spec;
 pub mod store;
 pub mod verdict;

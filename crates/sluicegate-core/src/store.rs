@@ -421,6 +421,12 @@ pub trait Store: Send + Sync + 'static {
         None
     }
 
+    /// Bytes of limiter state held, where the store counts them (the in-memory store, whose
+    /// `max_memory` bounds this number).
+    fn tracked_bytes(&self) -> Option<u64> {
+        None
+    }
+
     /// A short name for logs: `memory`, `redis`, `redis-cluster`.
     fn kind(&self) -> &'static str;
 }
@@ -479,6 +485,9 @@ impl<S: Store + ?Sized> Store for Arc<S> {
     }
     fn tracked_keys(&self) -> Option<u64> {
         (**self).tracked_keys()
+    }
+    fn tracked_bytes(&self) -> Option<u64> {
+        (**self).tracked_bytes()
     }
     fn kind(&self) -> &'static str {
         (**self).kind()

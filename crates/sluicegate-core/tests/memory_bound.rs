@@ -202,3 +202,85 @@ fn a_key_flood_never_resets_a_limited_client_of_the_keyed_limiter() {
     assert_eq!(limiter.len(), 3000);
     assert!(!limiter.check("victim", T0, 1).allowed);
 }
+
+/// `max_memory` bounds every byte of state, sliding logs included: a flood of unique keys,
+/// each logging many requests, stays within it (by the store's own count, which includes
+/// the logs' buffers), and a client that is being limited is still limited after it.
+#[test]
+fn sliding_logs_stay_within_max_memory() {
+    const BOUND: usize = 1 << 20;
+    let clock = ManualClock::new(T0);
+    let store = MemoryStore::with_clock(1_000_000, clock.clone()).with_max_memory(BOUND);
+    assert_eq!(store.max_memory(), Some(BOUND));
+    let log = shared_policy(
+        "log",
+        AlgorithmKind::SlidingLog,
+        200,
+        Duration::from_secs(3600),
+    );
+    let p = [Arc::clone(&log)];
+    // The victim spends its whole budget: 200 entries, and is then denied.
+    for _ in 0..200 {
+        assert!(
+            store
+                .check_now(CheckRequest::new(&p, "victim", 1))
+                .unwrap()
+                .allowed
+        );
+    }
+    assert!(
+        !store
+            .check_now(CheckRequest::new(&p, "victim", 1))
+            .unwrap()
+            .allowed
+    );
+    // Unbounded, this flood would log 4,000 × 100 entries of 16 bytes: 6.4 MB.
+    let mut peak = 0;
+    for i in 0..4000 {
+        let key = format!("flood-{i}");
+        for _ in 0..100 {
+            clock.advance(Duration::from_micros(1));
+            store.check_now(CheckRequest::new(&p, &key, 1)).unwrap();
+        }
+        peak = peak.max(store.bytes());
+    }
+    assert!(peak <= BOUND, "{peak} bytes held, bound {BOUND}");
+    assert!(
+        peak > BOUND / 2,
+        "the flood never came near the bound: {peak}"
+    );
+    assert_eq!(
+        remaining(&store, &log, "victim"),
+        0,
+        "the limited client was reset"
+    );
+    assert!(
+        !store
+            .check_now(CheckRequest::new(&p, "victim", 1))
+            .unwrap()
+            .allowed
+    );
+}
+
+/// Without `max_memory` the same count only grows with the logs: the count is real.
+#[test]
+fn bytes_count_the_logs() {
+    let store = MemoryStore::with_clock(1000, ManualClock::new(T0));
+    let log = shared_policy(
+        "log",
+        AlgorithmKind::SlidingLog,
+        1000,
+        Duration::from_secs(60),
+    );
+    let p = [log];
+    store.check_now(CheckRequest::new(&p, "k", 1)).unwrap();
+    let one = store.bytes();
+    for _ in 0..999 {
+        store.check_now(CheckRequest::new(&p, "k", 1)).unwrap();
+    }
+    assert!(
+        store.bytes() >= one + 999 * 16,
+        "{} bytes for a 1000-entry log ({one} for one entry)",
+        store.bytes()
+    );
+}

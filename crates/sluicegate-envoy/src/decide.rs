@@ -324,6 +324,18 @@ pub fn settle(items: &mut [Item]) {
     }
 }
 
+/// Whether a shadow limit would have refused the request: a shadow item the store denied,
+/// or a shadow `requests_per_unit: 0` rule matched.
+pub fn shadow_refused(slots: &[Slot], items: &[Item]) -> bool {
+    let denied =
+        |i: &Item| !i.enforcing() && i.decision.as_ref().is_some_and(|d| !d.decision.allowed);
+    items.iter().any(denied)
+        || slots
+            .iter()
+            .filter_map(|s| s.rule.as_deref())
+            .any(|r| r.shadow && matches!(r.kind, RuleKind::Block(_)))
+}
+
 /// Step 6: each descriptor's status and what its metrics count (`None`: nothing matched).
 pub fn statuses(
     slots: &[Slot],

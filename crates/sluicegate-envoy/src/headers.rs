@@ -1,16 +1,16 @@
 //! The contract's rate-limit headers and 429 body in Envoy's `response_headers_to_add` and
 //! `raw_body`.
 //!
-//! The header sets and the body are written once for every front end (gateway,
-//! forward-auth, Envoy); this module only converts them into Envoy `HeaderValue` entries, so
-//! Envoy sends clients exactly the headers the gateway and forward-auth send.
+//! The header sets and the body are rendered once for every front end (gateway,
+//! forward-auth, Envoy) by [`sluicegate_core::render`]; this module only lists them as Envoy
+//! `HeaderValue` entries, so Envoy sends clients exactly the headers the gateway and
+//! forward-auth send.
 
 use envoy_types::pb::envoy::config::core::v3::HeaderValue;
-use http::HeaderMap;
-use sluicegate_core::Verdict;
-use sluicegate_middleware::headers::{RejectionBody, write_headers};
+use sluicegate_core::render::{self, Header, HeaderSink, JSON, RejectionBody, Value};
+use sluicegate_core::{SystemClock, Verdict};
 
-pub use sluicegate_middleware::HeaderSet;
+pub use sluicegate_core::render::HeaderSet;
 
 /// What a response carries for Envoy to add: headers and, on a rejection, the JSON body.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -31,52 +31,49 @@ pub fn render(verdict: &Verdict, sets: &[HeaderSet], block_reset: Option<u64>) -
         if verdict.retry_after().is_none()
             && let Some(left) = block_reset
         {
-            rejection.retry_after_seconds = left.div_ceil(1_000_000).max(1);
+            rejection.retry_after_seconds = render::ceil_secs(left).max(1);
             rejection.message = format!(
                 "Too many requests; retry in {} s.",
                 rejection.retry_after_seconds
             );
-            headers.insert(
-                http::header::RETRY_AFTER,
-                http::HeaderValue::from(rejection.retry_after_seconds),
+            headers.set(
+                Header::RetryAfter,
+                Value::Int(rejection.retry_after_seconds),
             );
         }
-        body = serde_json::to_vec(&rejection).unwrap_or_default();
-        headers.insert(
-            http::header::CONTENT_TYPE,
-            http::HeaderValue::from_static("application/json"),
-        );
+        body = rejection.to_json();
+        headers.set(Header::ContentType, JSON);
     }
     Rendered {
-        headers: to_envoy(&headers),
+        headers: to_envoy(headers),
         body,
     }
 }
 
-/// The headers of `verdict` under `sets` (plus `Retry-After` on a rejection).
-pub fn rate_limit_headers(verdict: &Verdict, sets: &[HeaderSet]) -> HeaderMap {
-    let mut headers = HeaderMap::new();
-    write_headers(sets, verdict, &mut headers);
+/// The headers of `verdict` under `sets` (plus `Retry-After` on a rejection), in order.
+pub fn rate_limit_headers(verdict: &Verdict, sets: &[HeaderSet]) -> Vec<(Header, Value)> {
+    let mut headers = Vec::new();
+    render::write_headers(sets, verdict, &SystemClock, &mut headers);
     headers
 }
 
-/// Envoy header entries for `headers`; values that are not UTF-8 are left out.
+/// Envoy header entries for rendered `headers`.
 ///
 /// ```
-/// let mut map = http::HeaderMap::new();
-/// map.insert("ratelimit-limit", http::HeaderValue::from(10u64));
-/// let envoy = sluicegate_envoy::headers::to_envoy(&map);
+/// use sluicegate_core::render::{Header, Value};
+/// let envoy = sluicegate_envoy::headers::to_envoy(vec![(Header::RateLimitLimit, Value::Int(10))]);
 /// assert_eq!((envoy[0].key.as_str(), envoy[0].value.as_str()), ("ratelimit-limit", "10"));
 /// ```
-pub fn to_envoy(headers: &HeaderMap) -> Vec<HeaderValue> {
+pub fn to_envoy(headers: Vec<(Header, Value)>) -> Vec<HeaderValue> {
     headers
-        .iter()
-        .filter_map(|(name, value)| {
-            Some(HeaderValue {
-                key: name.as_str().to_owned(),
-                value: value.to_str().ok()?.to_owned(),
-                ..Default::default()
-            })
+        .into_iter()
+        .map(|(name, value)| HeaderValue {
+            key: name.name().to_owned(),
+            value: match value {
+                Value::Text(text) => text,
+                other => other.to_string(),
+            },
+            ..Default::default()
         })
         .collect()
 }

@@ -114,8 +114,10 @@ impl RateLimitService {
         decide::drop_replaced(&mut slots);
         let mut plan = decide::plan(&mut slots);
         let mut allowed = self.consume(domain, &mut plan).await?;
-        if !allowed && config.options().shadow {
-            // Upstream's SHADOW_MODE: counted, then answered OK whatever the outcome.
+        // Upstream's SHADOW_MODE: a request some limit would have refused is counted, then
+        // answered OK. Its YAML limits are shadow policies, so the store admits and the
+        // would-be refusal shows in their decisions; a native rule refuses outright.
+        if config.options().shadow && (!allowed || decide::shadow_refused(&slots, &plan.items)) {
             metrics::record_global_shadow(domain);
             allowed = true;
         }

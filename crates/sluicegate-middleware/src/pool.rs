@@ -18,7 +18,7 @@ use sluicegate_throttle::scheduler::{Released, RequestId, Withdraw};
 use sluicegate_throttle::{Arrival, Rejected, Scheduler, ValidPool};
 use tokio::sync::oneshot;
 
-use crate::headers::{RejectionBody, ceil_secs};
+use crate::headers::{RejectionBody, ceil_secs, json_response};
 
 /// `sluicegate_pool_in_flight{pool, level}`: requests holding a slot.
 pub const IN_FLIGHT: &str = "sluicegate_pool_in_flight";
@@ -99,23 +99,11 @@ impl PoolRejected {
                 self.pool
             ),
         };
-        let body = RejectionBody {
-            error: "rate_limit_exceeded".to_owned(),
-            message,
-            retry_after_seconds: retry,
-            policy: self.pool.clone(),
-        };
-        let mut response = Response::new(Full::new(Bytes::from(
-            serde_json::to_vec(&body).unwrap_or_default(),
-        )));
-        *response.status_mut() = StatusCode::TOO_MANY_REQUESTS;
-        let headers = response.headers_mut();
-        headers.insert(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static("application/json"),
-        );
-        headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
-        headers.insert(header::RETRY_AFTER, HeaderValue::from(retry));
+        let body = RejectionBody::with(self.pool.clone(), message, retry).to_json();
+        let mut response = json_response(StatusCode::TOO_MANY_REQUESTS, Bytes::from(body));
+        response
+            .headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from(retry));
         response
     }
 }

@@ -4,7 +4,9 @@
 //! decisions use Redis again. Each cause is produced for real on a real redis-server:
 //! OOM (`maxmemory` 1 byte, `noeviction`), READONLY (a replica), MASTERDOWN (a replica cut
 //! off from its master with `replica-serve-stale-data no`), BUSY (a script that never ends)
-//! and LOADING (`DEBUG RELOAD` of a dataset loaded slowly with `key-load-delay`).
+//! LOADING (`DEBUG RELOAD` of a dataset loaded slowly with `key-load-delay`), MISCONF (a
+//! snapshot that cannot be written, with `stop-writes-on-bgsave-error`) and NOREPLICAS
+//! (`min-replicas-to-write` on a master without replicas).
 //! A key of the wrong type is replaced, not an error forever.
 
 use std::sync::Arc;
@@ -173,6 +175,39 @@ async fn loading_a_dataset_is_an_outage() {
     let reload = std::thread::spawn(move || cli(port, &["debug", "reload"]));
     assert_outage(&store, "LOADING").await;
     reload.join().unwrap();
+    assert_recovers(&store).await;
+}
+
+/// A server that cannot persist (its snapshot directory is gone, a full or read-only disk)
+/// refuses writes with MISCONF while `stop-writes-on-bgsave-error` is on.
+#[tokio::test]
+async fn misconf_after_a_failed_snapshot_is_an_outage() {
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    let store = store(&server.url()).await;
+    assert_eq!(decide(&store, "client").await, Ok(true));
+    // MISCONF needs save points; the kit starts servers without any.
+    server.cli(&["config", "set", "save", "3600 1"]);
+    std::fs::remove_dir_all(server.dir()).unwrap();
+    server.cli(&["bgsave"]);
+    assert_outage(&store, "MISCONF").await;
+    server.cli(&["config", "set", "stop-writes-on-bgsave-error", "no"]);
+    assert_recovers(&store).await;
+}
+
+/// A master told to write only with a replica in sync (`min-replicas-to-write`) and without
+/// one refuses writes with NOREPLICAS.
+#[tokio::test]
+async fn noreplicas_is_an_outage() {
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    let store = store(&server.url()).await;
+    assert_eq!(decide(&store, "client").await, Ok(true));
+    server.cli(&["config", "set", "min-replicas-to-write", "1"]);
+    assert_outage(&store, "NOREPLICAS").await;
+    server.cli(&["config", "set", "min-replicas-to-write", "0"]);
     assert_recovers(&store).await;
 }
 

@@ -7,7 +7,7 @@ use axum::Router;
 use axum::extract::{DefaultBodyLimit, State};
 use axum::http::{StatusCode, header};
 use axum::response::IntoResponse;
-use axum::routing::{any, get, post};
+use axum::routing::{MethodFilter, get, on, post};
 
 use crate::api::{self, ApiError, MAX_BODY};
 use crate::forward_auth::forward_auth;
@@ -24,8 +24,9 @@ pub fn router(state: AppState) -> Router {
             get(api::limits::get_limit).delete(api::limits::delete_limit),
         )
         .route("/v1/policies", get(api::policies::list_policies))
-        // Proxies send the auth subrequest with various methods (nginx keeps the original one).
-        .route("/v1/forward-auth", any(forward_auth))
+        // nginx, Caddy and Traefik send the auth call as GET (the client's method travels in
+        // a header); any method OpenAPI can declare is accepted, others get 405 with `Allow`.
+        .route("/v1/forward-auth", on(forward_auth_methods(), forward_auth))
         .route("/healthz", get(api::health::healthz))
         .route("/readyz", get(api::health::readyz))
         .route("/metrics", get(metrics))
@@ -65,6 +66,22 @@ async fn api_token(
         }
     }
     next.run(request).await
+}
+
+/// The methods `/v1/forward-auth` answers: the eight an OpenAPI document can declare (its
+/// spec declares them all). Extension methods (`QUERY`, `PROPFIND`…) are answered 405.
+fn forward_auth_methods() -> MethodFilter {
+    [
+        MethodFilter::POST,
+        MethodFilter::PUT,
+        MethodFilter::DELETE,
+        MethodFilter::OPTIONS,
+        MethodFilter::HEAD,
+        MethodFilter::PATCH,
+        MethodFilter::TRACE,
+    ]
+    .into_iter()
+    .fold(MethodFilter::GET, MethodFilter::or)
 }
 
 async fn method_not_allowed() -> ApiError {

@@ -14,6 +14,8 @@ pub const STORE_DURATION: &str = sluicegate_core::store::metric::STORE_DURATION;
 pub const STORE_ERRORS: &str = sluicegate_core::store::metric::STORE_ERRORS;
 /// `sluicegate_tracked_keys` (memory store).
 pub const TRACKED_KEYS: &str = "sluicegate_tracked_keys";
+/// `sluicegate_tracked_bytes` (memory store): the limiter state `store.max_memory` bounds.
+pub const TRACKED_BYTES: &str = "sluicegate_tracked_bytes";
 
 static HANDLE: OnceLock<Option<PrometheusHandle>> = OnceLock::new();
 
@@ -82,10 +84,13 @@ pub fn spawn_upkeep() -> bool {
     })
 }
 
-/// Renders the exposition text, refreshing the tracked-keys gauge first.
+/// Renders the exposition text, refreshing the tracked-keys and tracked-bytes gauges first.
 pub fn render(store: &dyn Store) -> String {
     if let Some(keys) = store.tracked_keys() {
         metrics::gauge!(TRACKED_KEYS).set(keys as f64);
+    }
+    if let Some(bytes) = store.tracked_bytes() {
+        metrics::gauge!(TRACKED_BYTES).set(bytes as f64);
     }
     match HANDLE.get() {
         Some(Some(handle)) => handle.render(),

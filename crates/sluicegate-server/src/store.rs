@@ -24,7 +24,8 @@ pub struct OpenedStore {
 pub async fn open(config: &StoreConfig) -> Result<OpenedStore, String> {
     match config.backend {
         Backend::Memory => {
-            let memory = Arc::new(MemoryStore::new(config.max_keys));
+            let memory =
+                Arc::new(MemoryStore::new(config.max_keys).with_max_memory(config.max_memory));
             Ok(OpenedStore {
                 store: Arc::new(Timed::new(Arc::clone(&memory))),
                 memory: Some(memory),
@@ -151,6 +152,9 @@ impl<S: Store> Store for Timed<S> {
     }
     fn tracked_keys(&self) -> Option<u64> {
         self.inner.tracked_keys()
+    }
+    fn tracked_bytes(&self) -> Option<u64> {
+        self.inner.tracked_bytes()
     }
     fn kind(&self) -> &'static str {
         self.inner.kind()

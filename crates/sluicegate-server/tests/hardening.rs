@@ -222,6 +222,43 @@ async fn forward_auth_reads_only_the_configured_header_pair() {
     assert_eq!(status, 400);
 }
 
+/// Proxies send the auth call as GET; the methods an OpenAPI document can declare are all
+/// answered, an extension method (`QUERY`, `PROPFIND`) is 405 with `Allow`, as the spec
+/// says (schemathesis checks it too), and decides nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forward_auth_answers_405_with_allow_to_extension_methods() {
+    let up = upstream().await;
+    let dir = tempfile::tempdir().unwrap();
+    let server = start(&dir, &config("", up));
+    for method in ["QUERY", "PROPFIND"] {
+        let request = format!(
+            "{method} /v1/forward-auth HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\
+             X-Original-URI: /api/auth\r\n\r\n"
+        );
+        let (status, text) = raw(server.api, request.as_bytes());
+        assert_eq!(status, 405, "{text}");
+        let allow = text
+            .lines()
+            .find(|l| l.to_ascii_lowercase().starts_with("allow:"))
+            .unwrap_or_else(|| panic!("no Allow in {text}"));
+        assert!(allow.contains("GET") && allow.contains("POST"), "{allow}");
+    }
+    for method in ["GET", "POST", "PATCH"] {
+        let request = format!(
+            "{method} /v1/forward-auth HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\
+             Content-Length: 0\r\nX-Original-URI: /api/auth\r\n\r\n"
+        );
+        assert_eq!(raw(server.api, request.as_bytes()).0, 200, "{method}");
+    }
+    // The three admitted calls spent the budget; the 405s spent nothing.
+    let (status, _) = get(
+        server.api,
+        "/v1/forward-auth",
+        &["X-Original-URI: /api/auth"],
+    );
+    assert_eq!(status, 429);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn api_token_guards_v1_and_the_dashboard() {
     let up = upstream().await;

@@ -1,5 +1,5 @@
-//! Issue 11 behind real proxies from Debian: nginx (`auth_request`) and HAProxy (writing
-//! `Forwarded`), each with a client that forges the headers the proxy
+//! Issue 11 behind real proxies from Debian: nginx (`auth_request`), Caddy (`forward_auth`)
+//! and HAProxy (writing `Forwarded`), each with a client that forges the headers the proxy
 //! does not own: the other forward-auth pair, its own `X-Forwarded-For`, odd path spellings.
 
 use std::net::SocketAddr;
@@ -199,6 +199,85 @@ http {{
     assert_eq!(statuses, [404, 404, 404, 429]);
     assert_eq!(remaining(&server, "ip:127.0.0.2").await, 0);
     assert_eq!(remaining(&server, "ip:203.0.113.0").await, 3);
+}
+
+/// Caddy `forward_auth` with `forward_auth_source = "x-forwarded"`: Caddy copies every
+/// client header into the auth call, so a client sending `X-Original-URI: /public` (and
+/// `X-Original-Method`) puts the other pair in front of Sluicegate; it must not choose what is
+/// decided. Caddy writes `X-Forwarded-Uri` as the client wrote the target, so the spellings
+/// of `/api/auth` meet its limit too, under the client's address.
+///
+/// (The first version of this test failed twice over: Debian's Caddy is 2.6, which has no
+/// `persist_config` global option, so Caddy exited before listening; and its site address
+/// `http://127.0.0.1:PORT` matches only that Host, while the client sends `Host: test`, which
+/// Caddy answers with an empty 200 without asking anyone. The site now matches any host on
+/// a loopback bind, and Caddy's output is shown if it exits.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn caddy_forward_auth_ignores_the_other_pair() {
+    let Some(caddy) = program("caddy") else {
+        return;
+    };
+    let dir = tempdir();
+    let d = dir.path();
+    let server = sluicegate(d, r#"forward_auth_source = "x-forwarded""#, None);
+    let port = free_port();
+    let caddyfile = format!(
+        r#"{{
+    admin off
+    auto_https off
+}}
+http://:{port} {{
+    bind 127.0.0.1
+    forward_auth {api} {{
+        uri /v1/forward-auth
+    }}
+    respond "upstream" 200
+}}
+"#,
+        api = server.api
+    );
+    let file = write(d, "Caddyfile", &caddyfile);
+    let log = std::fs::File::create(d.join("caddy.log")).unwrap();
+    let child = Command::new(caddy)
+        .args(["run", "--adapter", "caddyfile", "--config"])
+        .arg(&file)
+        .env("HOME", d)
+        .env("XDG_DATA_HOME", d.join("data"))
+        .env("XDG_CONFIG_HOME", d.join("config"))
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .unwrap();
+    let mut caddy = Proc(child);
+    let addr: SocketAddr = ([127, 0, 0, 1], port).into();
+    sluicegate_testkit::wait_until("caddy listening or exited", || {
+        std::net::TcpStream::connect(addr).is_ok() || matches!(caddy.0.try_wait(), Ok(Some(_)))
+    });
+    assert!(
+        matches!(caddy.0.try_wait(), Ok(None)),
+        "caddy exited: {}",
+        std::fs::read_to_string(d.join("caddy.log")).unwrap_or_default()
+    );
+
+    let forged = ["X-Original-URI: /public", "X-Original-Method: OPTIONS"];
+    let mut statuses = Vec::new();
+    for path in [
+        "/api/auth/a",
+        "/api/%61uth/b",
+        "/api//auth/c",
+        "/api/./auth/d",
+    ] {
+        statuses.push(get_from("127.0.0.2", addr, path, &forged).await);
+    }
+    // Caddy copies the auth response to the client when it is not a 2xx: 429.
+    assert_eq!(statuses, [200, 200, 200, 429]);
+    assert_eq!(remaining(&server, "ip:127.0.0.2").await, 0);
+    // Another client is not touched by the first one's spending.
+    assert_eq!(
+        get_from("127.0.0.3", addr, "/api/auth/e", &forged).await,
+        200
+    );
+    assert_eq!(remaining(&server, "ip:127.0.0.3").await, 2);
 }
 
 /// HAProxy writes `Forwarded: for=<client>` (`http-request add-header`, as Debian's 2.6 has

@@ -171,6 +171,10 @@ impl Algorithm for Concurrency {
         state.last
     }
 
+    fn heap_bytes(state: &Self::State) -> usize {
+        state.leases.capacity() * std::mem::size_of::<(Micros, u64)>()
+    }
+
     /// Frees the lease `(expires_at, cost)` if the key still holds it; returns whether it did.
     /// A lease already released or expired is not an error: releasing it again changes nothing.
     fn release(

@@ -93,6 +93,13 @@ pub trait Algorithm: Send + Sync + 'static {
     /// The time from which `state` is indistinguishable from a fresh key, and may be dropped.
     fn idle_at(&self, state: &Self::State) -> Micros;
 
+    /// Bytes `state` holds on the heap beyond its own size (the sliding log's entries, the
+    /// concurrency leases): what the memory store's `max_memory` counts besides its slots.
+    fn heap_bytes(state: &Self::State) -> usize {
+        let _ = state;
+        0
+    }
+
     /// Frees the lease that expires at `expires_at` and holds `cost`, if the key still holds
     /// it; returns whether it did. Only [`Concurrency`] has leases (an admitted decision
     /// names its lease in [`Decision::lease`]); the rate algorithms have nothing to free.

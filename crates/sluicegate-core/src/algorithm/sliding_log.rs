@@ -190,4 +190,8 @@ impl Algorithm for SlidingLog {
     fn idle_at(&self, state: &Self::State) -> Micros {
         state.entries.back().map_or(0, |(at, _)| at + self.period)
     }
+
+    fn heap_bytes(state: &Self::State) -> usize {
+        state.heap_bytes()
+    }
 }

@@ -31,6 +31,14 @@
 //!    flood keys are spent as far as it is: the attacker then pays a full budget per key).
 //!    The states of the request in progress are never evicted.
 //!
+//! `max_memory` ([`MemoryStore::with_max_memory`]) bounds the same states in bytes, split
+//! over the shards the same way: slots, sliding-log entries and concurrency leases (each
+//! table keeps a running count of its states' heap bytes) and running penalties. A shard
+//! over its share makes room as above before tracking a new key, and after an admitted
+//! request grew a log, evicts until it is within its share again (never the state of the
+//! request in progress: a single log larger than a shard's share, up to `32 × limit`
+//! bytes against `max_memory / shards`, is the one way past the bound).
+//!
 //! Expired state is also reclaimed without waiting for pressure: every operation moves a
 //! sweep hand over two slots of each table it used, and drops the expired states it finds.
 //! Each table keeps a lower bound of its states' expiry times, so a table with nothing
@@ -70,6 +78,14 @@ pub use keyed::KeyedLimiter;
 /// Default bound on tracked keys.
 pub const DEFAULT_MAX_KEYS: usize = 1_000_000;
 
+/// `max_memory` allows at most one tracked state per this many bytes: a slot of the largest
+/// state (48 bytes) at the lowest load, after a growth step, takes about 82, so slots alone
+/// stay within two thirds of the bound and the rest is for logs and leases.
+const BYTES_PER_STATE: usize = 128;
+
+/// Smallest share of `max_memory` a shard gets (the shard count shrinks to keep it).
+const MIN_SHARD_BYTES: usize = 64 * 1024;
+
 /// State for every policy in process memory.
 ///
 /// ```
@@ -87,6 +103,7 @@ pub const DEFAULT_MAX_KEYS: usize = 1_000_000;
 pub struct MemoryStore<C: Clock = SystemClock> {
     clock: C,
     max_keys: usize,
+    max_memory: Option<usize>,
     hasher: KeyHasher,
     registry: Registry,
     shards: Box<[Padded<Mutex<StoreShard>>]>,
@@ -109,13 +126,50 @@ impl<C: Clock> MemoryStore<C> {
         MemoryStore {
             clock,
             max_keys,
+            max_memory: None,
             hasher: KeyHasher::new(),
             registry: Registry::default(),
             shards: (0..n)
-                .map(|i| Padded(Mutex::new(StoreShard::new(shard_cap(max_keys, n, i)))))
+                .map(|i| {
+                    let cap = shard_cap(max_keys, n, i);
+                    Padded(Mutex::new(StoreShard::new(cap, usize::MAX)))
+                })
                 .collect(),
             settled: Mutex::default(),
         }
+    }
+
+    /// Bounds the bytes of all limiter state (`store.max_memory`): slots, sliding-log
+    /// entries, leases and penalties, as [`MemoryStore::bytes`] counts them. Each shard keeps
+    /// to its share, evicting as for `max_keys` (see the module documentation) when a new
+    /// key or a longer log would go beyond it. The bound also caps the tracked states at
+    /// `bytes / 128` (so that slots alone never fill it). Call it before the first check.
+    pub fn with_max_memory(mut self, bytes: usize) -> Self {
+        let max_keys = self.max_keys.min(bytes / BYTES_PER_STATE).max(1);
+        // Fewer shards for a small bound: each share must hold a few long logs, or the log
+        // being written would crowd every other state (a limited client's too) out of it.
+        let most = (bytes / MIN_SHARD_BYTES).max(1);
+        let n = shard_count(max_keys).min(1 << most.ilog2());
+        self.max_memory = Some(bytes);
+        self.shards = (0..n)
+            .map(|i| {
+                let cap = shard_cap(max_keys, n, i);
+                let byte_cap = shard_cap(bytes, n, i);
+                Padded(Mutex::new(StoreShard::new(cap, byte_cap)))
+            })
+            .collect();
+        self
+    }
+
+    /// The bound in bytes, if any ([`MemoryStore::with_max_memory`]).
+    pub fn max_memory(&self) -> Option<usize> {
+        self.max_memory
+    }
+
+    /// Bytes of limiter state held: every shard's slots, the sliding logs' and leases'
+    /// buffers and the running penalties (what `max_memory` bounds).
+    pub fn bytes(&self) -> usize {
+        self.shards.iter().map(|s| s.lock().bytes()).sum()
     }
 
     /// Drops the state of every policy not in `keep` (after a reload). A policy keeps its
@@ -402,6 +456,10 @@ impl<C: Clock> Store for MemoryStore<C> {
 
     fn tracked_keys(&self) -> Option<u64> {
         Some(self.len() as u64)
+    }
+
+    fn tracked_bytes(&self) -> Option<u64> {
+        Some(self.bytes() as u64)
     }
 
     fn kind(&self) -> &'static str {

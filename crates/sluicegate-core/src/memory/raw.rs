@@ -45,6 +45,10 @@ pub(crate) struct RawTable<S> {
     min_idle: Micros,
     /// Smallest `idle_at` seen since the sweep hand last passed slot 0.
     pending_min: Micros,
+    /// Heap bytes of every entry's state, as `heap_of` measures them.
+    heap: usize,
+    /// Heap bytes one state holds (`Algorithm::heap_bytes`).
+    heap_of: fn(&S) -> usize,
 }
 
 /// Slots needed to hold `len` entries within the load factor.
@@ -53,8 +57,14 @@ fn slots_for(len: usize) -> usize {
 }
 
 impl<S: Default> RawTable<S> {
-    /// An empty table (no allocation) that will hold at most `max_len` entries.
+    /// An empty table (no allocation) that will hold at most `max_len` entries, of states
+    /// with nothing on the heap.
     pub(crate) fn new(max_len: usize) -> Self {
+        Self::with_heap(max_len, |_| 0)
+    }
+
+    /// An empty table whose states hold `heap_of(state)` bytes on the heap each.
+    pub(crate) fn with_heap(max_len: usize, heap_of: fn(&S) -> usize) -> Self {
         RawTable {
             slots: Box::default(),
             len: 0,
@@ -63,7 +73,25 @@ impl<S: Default> RawTable<S> {
             clock: 0,
             min_idle: Micros::MAX,
             pending_min: Micros::MAX,
+            heap: 0,
+            heap_of,
         }
+    }
+
+    /// Bytes this table holds: its slots and what its states keep on the heap.
+    pub(crate) fn bytes(&self) -> usize {
+        self.allocated_bytes() + self.heap
+    }
+
+    /// Changes the state in slot `i` with `f`, keeping the count of heap bytes.
+    #[inline]
+    pub(crate) fn update<R>(&mut self, i: usize, f: impl FnOnce(&mut S) -> R) -> R {
+        let state = &mut self.slots[i].state;
+        let before = (self.heap_of)(state);
+        let result = f(state);
+        let after = (self.heap_of)(state);
+        self.heap = self.heap + after - before;
+        result
     }
 
     /// Entries held.
@@ -112,7 +140,9 @@ impl<S: Default> RawTable<S> {
         &self.slots[i].state
     }
 
-    /// The state in slot `i`, to change it; `idle_at` is its expiry after the change.
+    /// The state in slot `i`, to change it; `idle_at` is its expiry after the change. Only
+    /// for tables made with [`RawTable::new`] (nothing on the heap to count); others change
+    /// states through [`RawTable::update`].
     #[inline]
     pub(crate) fn state_mut(&mut self, i: usize) -> &mut S {
         &mut self.slots[i].state
@@ -173,6 +203,7 @@ impl<S: Default> RawTable<S> {
 
     /// Removes the entry in slot `i`, shifting the probe run behind it back.
     pub(crate) fn remove_at(&mut self, mut i: usize, idle_at: impl Fn(&S) -> Micros) {
+        self.heap -= (self.heap_of)(&self.slots[i].state);
         self.slots[i] = Slot::default();
         self.len -= 1;
         let n = self.slots.len();

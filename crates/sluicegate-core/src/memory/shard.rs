@@ -72,16 +72,19 @@ pub(crate) struct StoreShard {
     tables: Vec<Option<(u64, Box<dyn PolicyTable>)>>,
     count: usize,
     cap: usize,
+    /// This shard's share of `max_memory`, bytes (`usize::MAX`: no bound in bytes).
+    byte_cap: usize,
     /// Only keys some policy with a `penalty` denied; at most `cap` of them.
     penalties: Penalties,
 }
 
 impl StoreShard {
-    pub(crate) fn new(cap: usize) -> Self {
+    pub(crate) fn new(cap: usize, byte_cap: usize) -> Self {
         StoreShard {
             tables: Vec::new(),
             count: 0,
             cap: cap.max(1),
+            byte_cap,
             penalties: Penalties::default(),
         }
     }
@@ -98,6 +101,17 @@ impl StoreShard {
             .flatten()
             .map(|(_, t)| t.allocated_bytes())
             .sum()
+    }
+
+    /// Bytes held, over all policies: slots, sliding logs and leases, running penalties.
+    pub(crate) fn bytes(&self) -> usize {
+        let penalty = std::mem::size_of::<((usize, u64, Fingerprint), Micros)>() + 1;
+        let tables: usize = self.tables.iter().flatten().map(|(_, t)| t.bytes()).sum();
+        tables + self.penalties.capacity() * penalty
+    }
+
+    fn over_budget(&self) -> bool {
+        self.byte_cap != usize::MAX && self.bytes() > self.byte_cap
     }
 
     /// The table of `r`, created on first use. `None` when `r` is stale: its policy was
@@ -167,7 +181,7 @@ impl StoreShard {
         if cost == 0 {
             return;
         }
-        let full = self.count >= self.cap;
+        let full = self.count >= self.cap || self.over_budget();
         let Some(table) = self.table(&t.r, t.policy) else {
             return;
         };
@@ -181,6 +195,17 @@ impl StoreShard {
         {
             self.count += 1;
         }
+        self.shed(t, now, protected);
+    }
+
+    /// Evicts until the shard is within its bytes again (a sliding log grows with every
+    /// admitted request, not only with new keys), sparing the request in progress. The
+    /// victims are chosen as for `max_keys` (see [`StoreShard::make_room`]).
+    fn shed(&mut self, t: Target<'_>, now: Micros, protected: &dyn Fn(usize, Fingerprint) -> bool) {
+        let spared = |index: usize, fp: Fingerprint| {
+            (index == t.r.index && fp == t.fp) || protected(index, fp)
+        };
+        while self.over_budget() && self.count > 0 && self.make_room(now, &spared) {}
     }
 
     /// Evicts one entry: an expired one of any policy if there is one (it is identical to
@@ -223,7 +248,7 @@ impl StoreShard {
     ///
     /// [`Algorithm::settle`]: crate::algorithm::Algorithm::settle
     pub(crate) fn settle(&mut self, t: Target<'_>, now: Micros, a: Admitted, real: u64) {
-        let full = self.count >= self.cap;
+        let full = self.count >= self.cap || self.over_budget();
         let Some(table) = self.table(&t.r, t.policy) else {
             return;
         };
@@ -236,6 +261,8 @@ impl StoreShard {
         {
             self.count += 1;
         }
+        // A charge may grow a sliding log.
+        self.shed(t, now, &|_, _| false);
     }
 
     /// Frees one lease of one policy's state of a key (concurrency).
@@ -298,7 +325,7 @@ mod tests {
             .build()
             .unwrap();
         let hasher = KeyHasher::new();
-        let mut shard = StoreShard::new(64);
+        let mut shard = StoreShard::new(64, usize::MAX);
         let r = PolicyRef { index: 0, id: 1 };
         let target = |key: &str| Target {
             r,

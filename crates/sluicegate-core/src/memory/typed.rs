@@ -46,6 +46,8 @@ pub(crate) trait PolicyTable: Send {
     fn drop_cheapest(&mut self, now: Micros, protected: &dyn Fn(Fingerprint) -> bool) -> bool;
     /// Bytes of slots allocated.
     fn allocated_bytes(&self) -> usize;
+    /// Bytes held: the slots and what the states keep on the heap (sliding logs, leases).
+    fn bytes(&self) -> usize;
 }
 
 /// A [`PolicyTable`] for one algorithm.
@@ -58,7 +60,7 @@ impl<A: Algorithm> TypedTable<A> {
     pub(crate) fn new(alg: A, max_len: usize) -> Self {
         TypedTable {
             alg,
-            raw: RawTable::new(max_len),
+            raw: RawTable::with_heap(max_len, A::heap_bytes),
         }
     }
 }
@@ -94,7 +96,8 @@ impl<A: Algorithm> PolicyTable for TypedTable<A> {
             Some(i) => (i, false),
             None => (self.raw.insert(fp), true),
         };
-        self.alg.consume(self.raw.state_mut(i), now, cost);
+        let alg = &self.alg;
+        self.raw.update(i, |state| alg.consume(state, now, cost));
         self.raw
             .note_idle_at(now.saturating_add(decided.reset_after));
         inserted
@@ -102,9 +105,11 @@ impl<A: Algorithm> PolicyTable for TypedTable<A> {
 
     fn refund(&mut self, fp: Fingerprint, now: Micros, cost: u64) {
         if let Some(i) = self.raw.find(fp) {
-            let state = self.raw.state_mut(i);
-            self.alg.refund(state, now, cost);
-            let idle = self.alg.idle_at(state);
+            let alg = &self.alg;
+            let idle = self.raw.update(i, |state| {
+                alg.refund(state, now, cost);
+                alg.idle_at(state)
+            });
             self.raw.note_idle_at(idle);
         }
     }
@@ -116,9 +121,11 @@ impl<A: Algorithm> PolicyTable for TypedTable<A> {
             None if real > admitted.estimate => (self.raw.insert(fp), true),
             None => return false,
         };
-        let state = self.raw.state_mut(i);
-        self.alg.settle(state, now, admitted, real);
-        let idle = self.alg.idle_at(state);
+        let alg = &self.alg;
+        let idle = self.raw.update(i, |state| {
+            alg.settle(state, now, admitted, real);
+            alg.idle_at(state)
+        });
         self.raw.note_idle_at(idle);
         inserted
     }
@@ -127,9 +134,11 @@ impl<A: Algorithm> PolicyTable for TypedTable<A> {
         let Some(i) = self.raw.find(fp) else {
             return false;
         };
-        let state = self.raw.state_mut(i);
-        let freed = self.alg.release(state, now, expires_at, cost);
-        let idle = self.alg.idle_at(state);
+        let alg = &self.alg;
+        let (freed, idle) = self.raw.update(i, |state| {
+            let freed = alg.release(state, now, expires_at, cost);
+            (freed, alg.idle_at(state))
+        });
         self.raw.note_idle_at(idle);
         freed
     }
@@ -164,6 +173,10 @@ impl<A: Algorithm> PolicyTable for TypedTable<A> {
 
     fn allocated_bytes(&self) -> usize {
         self.raw.allocated_bytes()
+    }
+
+    fn bytes(&self) -> usize {
+        self.raw.bytes()
     }
 }
 

@@ -43,27 +43,10 @@ pub async fn check(
             ApiError::invalid(format!("cannot read the body: {}", e.body_text()))
         }
     })?;
-    if body.len() > MAX_BODY {
-        return Err(ApiError::too_large());
-    }
-    // The common case first: one request, parsed straight into its type.
-    let single = serde_json::from_slice::<CheckBody>(&body);
     let runtime = state.runtime();
-    let body = match single {
-        Ok(body) => body,
-        Err(single_error) => {
-            let value: serde_json::Value = serde_json::from_slice(&body)
-                .map_err(|e| ApiError::invalid(format!("invalid JSON: {e}")))?;
-            if !value.is_object() {
-                return Err(ApiError::invalid("the body must be a JSON object"));
-            }
-            if value.get("requests").is_none() {
-                return Err(ApiError::invalid(format!(
-                    "invalid request: {single_error}"
-                )));
-            }
-            let batch: BatchBody = serde_json::from_value(value)
-                .map_err(|e| ApiError::invalid(format!("invalid batch: {e}")))?;
+    let body = match parse_body(&body)? {
+        CheckInput::One(body) => body,
+        CheckInput::Batch(batch) => {
             return Ok(Json(check_batch(&state, &runtime, batch).await?).into_response());
         }
     };
@@ -80,6 +63,48 @@ pub async fn check(
     let signer = state.signer(&runtime);
     super::settle::attach(&signer, &runtime, &verdict, &body, &mut answer);
     Ok(with_headers(&runtime, &verdict, answer))
+}
+
+/// A parsed `/v1/check` body.
+#[derive(Debug)]
+pub enum CheckInput {
+    /// One request (`{"policy", "key", "cost"}`).
+    One(CheckBody),
+    /// A batch (`{"requests": [ … ]}`); its entries are parsed one by one later, so that a
+    /// bad entry answers with its own error in place.
+    Batch(BatchBody),
+}
+
+/// Parses a `/v1/check` body: one request or a batch, or the 400 (413 over 64 KiB) to
+/// answer. The one parser of that body (the fuzz target `check_body` calls it too).
+pub fn parse_body(body: &[u8]) -> Result<CheckInput, ApiError> {
+    if body.len() > MAX_BODY {
+        return Err(ApiError::too_large());
+    }
+    // The common case first: one request, parsed straight into its type.
+    let single_error = match serde_json::from_slice::<CheckBody>(body) {
+        Ok(body) => return Ok(CheckInput::One(body)),
+        Err(e) => e,
+    };
+    let value: serde_json::Value = serde_json::from_slice(body)
+        .map_err(|e| ApiError::invalid(format!("invalid JSON: {e}")))?;
+    if !value.is_object() {
+        return Err(ApiError::invalid("the body must be a JSON object"));
+    }
+    if value.get("requests").is_none() {
+        return Err(ApiError::invalid(format!(
+            "invalid request: {single_error}"
+        )));
+    }
+    serde_json::from_value(value)
+        .map(CheckInput::Batch)
+        .map_err(|e| ApiError::invalid(format!("invalid batch: {e}")))
+}
+
+/// One entry of a batch, parsed like a single request.
+pub fn parse_entry(value: serde_json::Value) -> Result<CheckBody, ApiError> {
+    serde_json::from_value::<CheckBody>(value)
+        .map_err(|e| ApiError::invalid(format!("invalid request: {e}")))
 }
 
 /// A 400 unless the body is declared as JSON (a missing Content-Type is accepted, as curl
@@ -169,20 +194,18 @@ async fn check_batch(
     let mut results: Vec<Option<BatchEntry>> = Vec::with_capacity(batch.requests.len());
     let mut valid: Vec<(usize, Vec<Arc<Policy>>, CheckBody)> = Vec::new();
     for (i, value) in batch.requests.into_iter().enumerate() {
-        let parsed = serde_json::from_value::<CheckBody>(value)
-            .map_err(|e| ApiError::invalid(format!("invalid request: {e}")))
-            .and_then(|body| {
-                if body.reserve {
-                    return Err(ApiError::invalid(
-                        "reserve is not available in a batch; send the request alone",
-                    ));
-                }
-                let policies = resolve(runtime, &body.policy)?;
-                CheckRequest::new(&policies, &body.key, body.cost)
-                    .validate()
-                    .map_err(|e| ApiError::from_store(&e))?;
-                Ok((policies, body))
-            });
+        let parsed = parse_entry(value).and_then(|body| {
+            if body.reserve {
+                return Err(ApiError::invalid(
+                    "reserve is not available in a batch; send the request alone",
+                ));
+            }
+            let policies = resolve(runtime, &body.policy)?;
+            CheckRequest::new(&policies, &body.key, body.cost)
+                .validate()
+                .map_err(|e| ApiError::from_store(&e))?;
+            Ok((policies, body))
+        });
         match parsed {
             Ok((policies, body)) => {
                 valid.push((i, policies, body));

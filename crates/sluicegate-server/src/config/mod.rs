@@ -169,6 +169,45 @@ pub struct StoreConfig {
     pub timeout: Duration,
     /// Bound on keys tracked by the memory store.
     pub max_keys: usize,
+    /// Bound on the memory store's limiter state, bytes (sliding logs included).
+    pub max_memory: usize,
+}
+
+/// Default of `store.max_memory`: 512 MiB.
+pub const DEFAULT_MAX_MEMORY: usize = 512 * 1024 * 1024;
+
+/// A size in bytes: a whole number with an optional unit, `B`, `KiB`, `MiB`, `GiB` (powers
+/// of 1024) or `KB`, `MB`, `GB` (powers of 1000), e.g. `"512MiB"`, `"64 KiB"`, `"1000000"`.
+pub fn parse_bytes(text: &str) -> Result<usize, String> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !c.is_ascii_digit() && c != '_')
+        .unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let number: u64 = number
+        .replace('_', "")
+        .parse()
+        .map_err(|_| format!("invalid size {text:?}: expected e.g. \"512MiB\""))?;
+    let scale: u64 = match unit.trim() {
+        "" | "B" => 1,
+        "KiB" => 1 << 10,
+        "MiB" => 1 << 20,
+        "GiB" => 1 << 30,
+        "TiB" => 1 << 40,
+        "KB" | "kB" => 1_000,
+        "MB" => 1_000_000,
+        "GB" => 1_000_000_000,
+        "TB" => 1_000_000_000_000,
+        other => {
+            return Err(format!(
+                "unknown size unit {other:?}: expected B, KiB, MiB, GiB, TiB, KB, MB, GB or TB"
+            ));
+        }
+    };
+    number
+        .checked_mul(scale)
+        .and_then(|n| usize::try_from(n).ok())
+        .ok_or_else(|| format!("size {text:?} is too large"))
 }
 
 /// `[gateway]`.
@@ -335,7 +374,10 @@ impl StoreConfig {
     /// `memory (max_keys 1000000)`, `redis redis://… (prefix sluicegate, timeout 50ms)`.
     pub fn describe(&self) -> String {
         match self.backend {
-            Backend::Memory => format!("memory (max_keys {})", self.max_keys),
+            Backend::Memory => format!(
+                "memory (max_keys {}, max_memory {} bytes)",
+                self.max_keys, self.max_memory
+            ),
             Backend::Redis => {
                 let target = match &self.url {
                     Some(url) if self.cluster.is_empty() => redact(url),
@@ -458,6 +500,40 @@ mod tests {
             ..Overrides::default()
         };
         assert!(config.apply(&only_listen).is_err());
+    }
+
+    #[test]
+    fn sizes_in_bytes() {
+        assert_eq!(parse_bytes("512MiB"), Ok(512 << 20));
+        assert_eq!(parse_bytes("64 KiB"), Ok(64 << 10));
+        assert_eq!(parse_bytes("1_000_000"), Ok(1_000_000));
+        assert_eq!(parse_bytes("2GB"), Ok(2_000_000_000));
+        assert!(parse_bytes("12 parsecs").unwrap_err().contains("unit"));
+        assert!(parse_bytes("MiB").is_err());
+        assert!(parse_bytes("-1").is_err());
+        assert!(
+            parse_bytes("99999999999TiB")
+                .unwrap_err()
+                .contains("too large")
+        );
+        assert_eq!(Config::embedded().store.max_memory, DEFAULT_MAX_MEMORY);
+    }
+
+    #[test]
+    fn max_memory_is_checked_with_its_place() {
+        for (value, reason) in [
+            ("\"1KiB\"", "at least 64KiB"),
+            ("\"lots\"", "invalid size"),
+            ("-5", "max_memory"),
+        ] {
+            let text = format!("[store]\nmax_memory = {value}\n");
+            let diags = load(&text, Path::new("t.toml")).unwrap_err();
+            let first = &diags.errors[0];
+            assert_eq!((first.line, first.column), (2, 14), "{value}");
+            assert!(diags.to_string().contains(reason), "{value}: {diags}");
+        }
+        let config = load("[store]\nmax_memory = 1048576\n", Path::new("t.toml")).unwrap();
+        assert_eq!(config.store.max_memory, 1 << 20);
     }
 
     #[test]

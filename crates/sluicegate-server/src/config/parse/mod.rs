@@ -59,6 +59,7 @@ const STORE: &[&str] = &[
     "key_prefix",
     "timeout",
     "max_keys",
+    "max_memory",
 ];
 const POLICY: &[&str] = &[
     "name",
@@ -326,6 +327,33 @@ impl Reader<'_> {
             Ok(d) => Some(d),
             Err(e) => {
                 self.c.error(text.span(), e.to_string());
+                None
+            }
+        }
+    }
+
+    /// A size in bytes: a string with a unit (`"512MiB"`) or a whole number; at least 64 KiB,
+    /// below which a store could not hold one shard's slots.
+    fn bytes(&mut self, t: &DeTable<'_>, key: &str, what: &str) -> Option<usize> {
+        const LEAST: usize = 64 * 1024;
+        let value = t.get(key)?;
+        let span = value.span();
+        let parsed = match value.get_ref() {
+            DeValue::Integer(_) => self
+                .get::<u64>(t, key, what)
+                .map(|n| usize::try_from(*n.get_ref()).map_err(|_| "too large".to_owned())),
+            _ => self
+                .get::<String>(t, key, what)
+                .map(|text| super::parse_bytes(text.get_ref())),
+        }?;
+        match parsed {
+            Ok(n) if n >= LEAST => Some(n),
+            Ok(_) => {
+                self.c.error(span, format!("{key} must be at least 64KiB"));
+                None
+            }
+            Err(e) => {
+                self.c.error(span, format!("{key}: {e}"));
                 None
             }
         }

@@ -195,6 +195,7 @@ impl Reader<'_> {
             key_prefix: "sluicegate".to_owned(),
             timeout: Duration::from_millis(50),
             max_keys: DEFAULT_MAX_KEYS,
+            max_memory: crate::config::DEFAULT_MAX_MEMORY,
         };
         let Some(t) = table else {
             return Some(store);
@@ -241,6 +242,9 @@ impl Reader<'_> {
                 Ok(n) if n >= 1 => store.max_keys = n,
                 _ => self.c.error(max.span(), "max_keys must be at least 1"),
             }
+        }
+        if let Some(max) = self.bytes(t, "max_memory", what) {
+            store.max_memory = max;
         }
         Some(store)
     }

@@ -1,0 +1,505 @@
+//! The rate-limit headers of admitted and rejected responses, and the JSON bodies of a 429
+//! and a 403, rendered without any transport: header names and values, body bytes. The
+//! HTTP middleware writes them into an `http::HeaderMap`, the Envoy service into
+//! `response_headers_to_add`, so every front end sends the same bytes.
+//!
+//! Three sets can be sent, alone or together ([`HeaderSet`]):
+//!
+//! | set       | headers                                                           |
+//! |-----------|-------------------------------------------------------------------|
+//! | `draft-6` | `RateLimit-Limit: 10`, `RateLimit-Remaining: 9`, `RateLimit-Reset: 6` |
+//! | `ietf`    | `RateLimit-Policy: "auth";q=10;w=60`, `RateLimit: "auth";r=9;t=6`   |
+//! | `legacy`  | `X-RateLimit-Limit`, `X-RateLimit-Remaining`, `X-RateLimit-Reset` (Unix seconds) |
+//!
+//! `draft-6` and `legacy` describe one policy: on a rejection the one that rejected (the
+//! longest `retry_after`), otherwise the one with the fewest requests remaining. `ietf`
+//! (draft-ietf-httpapi-ratelimit-headers-11, Structured Fields) lists every policy.
+//! Second values round up; `w` and `t` are at least 1. Policies in shadow mode, and
+//! verdicts made without the store (`on_store_error`), send no rate-limit headers: they
+//! have no numbers a client could act on.
+
+use std::fmt;
+use std::str::FromStr;
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+use sfv::{Integer, KeyRef, ListSerializer, StringRef};
+
+use crate::clock::{Clock, Micros};
+use crate::policy::Policy;
+use crate::verdict::{Outcome, PolicyDecision, Verdict};
+
+/// A set of rate-limit headers. Configured as `"draft-6"`, `"ietf"` or `"legacy"`.
+///
+/// ```
+/// use sluicegate_core::render::HeaderSet;
+/// assert_eq!("ietf".parse::<HeaderSet>().unwrap(), HeaderSet::Ietf);
+/// assert_eq!(HeaderSet::Draft6.to_string(), "draft-6");
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum HeaderSet {
+    /// `RateLimit-Limit`, `RateLimit-Remaining`, `RateLimit-Reset` (draft-ietf-httpapi-ratelimit-headers-06).
+    #[serde(rename = "draft-6")]
+    Draft6,
+    /// `RateLimit-Policy` and `RateLimit` as Structured Fields (draft 11).
+    #[serde(rename = "ietf")]
+    Ietf,
+    /// `X-RateLimit-Limit`, `X-RateLimit-Remaining`, `X-RateLimit-Reset` (Unix seconds).
+    #[serde(rename = "legacy")]
+    Legacy,
+}
+
+impl HeaderSet {
+    /// The configuration name.
+    pub fn name(self) -> &'static str {
+        match self {
+            HeaderSet::Draft6 => "draft-6",
+            HeaderSet::Ietf => "ietf",
+            HeaderSet::Legacy => "legacy",
+        }
+    }
+
+    /// The contract's default: `draft-6` and `ietf`.
+    pub const DEFAULT: [HeaderSet; 2] = [HeaderSet::Draft6, HeaderSet::Ietf];
+}
+
+impl fmt::Display for HeaderSet {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A header set name that is not `draft-6`, `ietf` or `legacy`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown header set {0:?}; expected \"draft-6\", \"ietf\" or \"legacy\"")]
+pub struct UnknownHeaderSet(pub String);
+
+impl FromStr for HeaderSet {
+    type Err = UnknownHeaderSet;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        [HeaderSet::Draft6, HeaderSet::Ietf, HeaderSet::Legacy]
+            .into_iter()
+            .find(|set| set.name() == s)
+            .ok_or_else(|| UnknownHeaderSet(s.to_owned()))
+    }
+}
+
+/// A header this module writes. Names are lower case, as HTTP/2 and Envoy want them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Header {
+    /// `retry-after`
+    RetryAfter,
+    /// `content-type`
+    ContentType,
+    /// `cache-control`
+    CacheControl,
+    /// `ratelimit-limit` (draft-6)
+    RateLimitLimit,
+    /// `ratelimit-remaining` (draft-6)
+    RateLimitRemaining,
+    /// `ratelimit-reset` (draft-6)
+    RateLimitReset,
+    /// `ratelimit-policy` (ietf)
+    RateLimitPolicy,
+    /// `ratelimit` (ietf)
+    RateLimit,
+    /// `x-ratelimit-limit` (legacy)
+    XRateLimitLimit,
+    /// `x-ratelimit-remaining` (legacy)
+    XRateLimitRemaining,
+    /// `x-ratelimit-reset` (legacy)
+    XRateLimitReset,
+}
+
+impl Header {
+    /// The header's name, lower case.
+    pub fn name(self) -> &'static str {
+        match self {
+            Header::RetryAfter => "retry-after",
+            Header::ContentType => "content-type",
+            Header::CacheControl => "cache-control",
+            Header::RateLimitLimit => "ratelimit-limit",
+            Header::RateLimitRemaining => "ratelimit-remaining",
+            Header::RateLimitReset => "ratelimit-reset",
+            Header::RateLimitPolicy => "ratelimit-policy",
+            Header::RateLimit => "ratelimit",
+            Header::XRateLimitLimit => "x-ratelimit-limit",
+            Header::XRateLimitRemaining => "x-ratelimit-remaining",
+            Header::XRateLimitReset => "x-ratelimit-reset",
+        }
+    }
+}
+
+/// A header value. Numbers stay numbers so a sink can format them without a check (an
+/// `http::HeaderValue` from an integer needs no validation); every variant is visible ASCII.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Value {
+    /// A whole number, written in decimal.
+    Int(u64),
+    /// A fixed value such as `application/json`.
+    Static(&'static str),
+    /// A Structured Fields list (serialised by `sfv`, so ASCII without control characters).
+    Text(String),
+}
+
+impl fmt::Display for Value {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Value::Int(n) => write!(f, "{n}"),
+            Value::Static(s) => f.write_str(s),
+            Value::Text(s) => f.write_str(s),
+        }
+    }
+}
+
+/// Where rendered headers go: an HTTP header map, Envoy's list of headers to add.
+pub trait HeaderSink {
+    /// Sets `name` to `value`, replacing an earlier value of `name`.
+    fn set(&mut self, name: Header, value: Value);
+
+    /// Sets `RateLimit-Policy` to a value the sink computed ahead with [`policy_field`] for
+    /// the request's policies (it depends on the route only). `false` when it has none: the
+    /// renderer then computes the field from the verdict.
+    fn set_cached_policy_field(&mut self) -> bool {
+        false
+    }
+}
+
+/// Whole seconds, rounded up.
+pub fn ceil_secs(micros: Micros) -> u64 {
+    micros.div_ceil(1_000_000)
+}
+
+/// The `Retry-After` of a rejected verdict: whole seconds, at least 1. `None` when admitted.
+///
+/// ```
+/// use std::{sync::Arc, time::Duration};
+/// use sluicegate_core::{AlgorithmKind, OnStoreError, Policy, Verdict};
+/// let p = Arc::new(Policy::builder("p", AlgorithmKind::Gcra, 1, Duration::from_secs(1))
+///     .on_store_error(OnStoreError::Deny).build().unwrap());
+/// let verdict = Verdict::store_failed(&[p]);
+/// assert_eq!(sluicegate_core::render::retry_after_secs(&verdict), Some(1));
+/// ```
+pub fn retry_after_secs(verdict: &Verdict) -> Option<u64> {
+    if verdict.allowed {
+        return None;
+    }
+    Some(ceil_secs(verdict.retry_after().unwrap_or(1_000_000)).max(1))
+}
+
+/// The policies whose numbers are shown: enforcing, decided by the store.
+fn shown(verdict: &Verdict) -> impl Iterator<Item = &PolicyDecision> {
+    verdict
+        .decisions
+        .iter()
+        .filter(|d| d.policy.is_enforcing() && d.outcome != Outcome::StoreError)
+}
+
+/// The one policy `draft-6` and `legacy` describe.
+fn headline(verdict: &Verdict) -> Option<&PolicyDecision> {
+    crate::verdict::deciding(shown(verdict), verdict.allowed)
+}
+
+/// Writes the configured header sets for `verdict` into `sink`, plus `Retry-After` when it
+/// is a rejection. `clock` is read only for `legacy`'s Unix time and calendar windows.
+///
+/// ```
+/// use std::{sync::Arc, time::Duration};
+/// use sluicegate_core::render::{Header, HeaderSet, HeaderSink, Value, write_headers};
+/// use sluicegate_core::{AlgorithmKind, CheckRequest, MemoryStore, Policy, SystemClock};
+///
+/// let auth = Arc::new(Policy::builder("auth", AlgorithmKind::TokenBucket, 10, Duration::from_secs(60)).build()?);
+/// let policies = [auth];
+/// let verdict = MemoryStore::new(10).check_now(CheckRequest::new(&policies, "ip:192.0.2.1", 1))?;
+/// let mut headers: Vec<(Header, Value)> = Vec::new();
+/// write_headers(&[HeaderSet::Draft6, HeaderSet::Ietf], &verdict, &SystemClock, &mut headers);
+/// let text: Vec<String> = headers.iter().map(|(h, v)| format!("{}: {v}", h.name())).collect();
+/// assert_eq!(text, [
+///     "ratelimit-limit: 10", "ratelimit-remaining: 9", "ratelimit-reset: 6",
+///     r#"ratelimit: "auth";r=9;t=6"#, r#"ratelimit-policy: "auth";q=10;w=60"#,
+/// ]);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn write_headers(
+    sets: &[HeaderSet],
+    verdict: &Verdict,
+    clock: &dyn Clock,
+    sink: &mut impl HeaderSink,
+) {
+    if let Some(secs) = retry_after_secs(verdict) {
+        sink.set(Header::RetryAfter, Value::Int(secs));
+    }
+    for set in sets {
+        match set {
+            HeaderSet::Draft6 => {
+                if let Some(d) = headline(verdict) {
+                    let d = &d.decision;
+                    sink.set(Header::RateLimitLimit, Value::Int(d.limit));
+                    sink.set(Header::RateLimitRemaining, Value::Int(d.remaining));
+                    sink.set(Header::RateLimitReset, Value::Int(ceil_secs(d.reset_after)));
+                }
+            }
+            HeaderSet::Legacy => {
+                if let Some(d) = headline(verdict) {
+                    let d = &d.decision;
+                    let reset = ceil_secs(clock.now().saturating_add(d.reset_after));
+                    sink.set(Header::XRateLimitLimit, Value::Int(d.limit));
+                    sink.set(Header::XRateLimitRemaining, Value::Int(d.remaining));
+                    sink.set(Header::XRateLimitReset, Value::Int(reset));
+                }
+            }
+            HeaderSet::Ietf => write_ietf(verdict, clock, sink),
+        }
+    }
+}
+
+fn sf_int(value: u64) -> Integer {
+    i64::try_from(value)
+        .ok()
+        .and_then(|v| Integer::try_from(v).ok())
+        .unwrap_or(Integer::MAX)
+}
+
+const KEY_Q: &KeyRef = KeyRef::constant("q");
+const KEY_W: &KeyRef = KeyRef::constant("w");
+const KEY_R: &KeyRef = KeyRef::constant("r");
+const KEY_T: &KeyRef = KeyRef::constant("t");
+
+/// The `RateLimit-Policy` field for these policies (shadow ones left out) at `now`: `None`
+/// when none is left.
+///
+/// ```
+/// use std::{sync::Arc, time::Duration};
+/// use sluicegate_core::{AlgorithmKind, Policy};
+/// let auth = Arc::new(Policy::builder("auth", AlgorithmKind::Gcra, 10, Duration::from_secs(60)).build().unwrap());
+/// let field = sluicegate_core::render::policy_field(&[auth], 0).unwrap();
+/// assert_eq!(field, r#""auth";q=10;w=60"#);
+/// ```
+pub fn policy_field(policies: &[Arc<Policy>], now: Micros) -> Option<String> {
+    let mut list = ListSerializer::new();
+    for policy in policies.iter().filter(|p| p.is_enforcing()) {
+        let Ok(name) = StringRef::from_str(policy.name()) else {
+            continue;
+        };
+        // A calendar window's real length: 23 hours on the day DST starts, 29 days in a
+        // leap February.
+        let window = ceil_secs(policy.window_at(now)).max(1);
+        list.bare_item(name)
+            .parameter(KEY_Q, sf_int(policy.limit()))
+            .parameter(KEY_W, sf_int(window));
+    }
+    // `finish` is `None` for an empty list, which is not a valid field value.
+    list.finish()
+}
+
+fn write_ietf(verdict: &Verdict, clock: &dyn Clock, sink: &mut impl HeaderSink) {
+    let mut state = ListSerializer::new();
+    for d in shown(verdict) {
+        let Ok(name) = StringRef::from_str(d.policy.name()) else {
+            continue;
+        };
+        let reset = ceil_secs(d.decision.reset_after).max(1);
+        state
+            .bare_item(name)
+            .parameter(KEY_R, sf_int(d.decision.remaining))
+            .parameter(KEY_T, sf_int(reset));
+    }
+    let Some(value) = state.finish() else {
+        return;
+    };
+    sink.set(Header::RateLimit, Value::Text(value));
+    if sink.set_cached_policy_field() {
+        return;
+    }
+    let shown: Vec<Arc<Policy>> = shown(verdict).map(|d| Arc::clone(&d.policy)).collect();
+    if let Some(policy) = policy_field(&shown, clock.now()) {
+        sink.set(Header::RateLimitPolicy, Value::Text(policy));
+    }
+}
+
+/// Collects headers in order; setting a header again replaces its value in place.
+impl HeaderSink for Vec<(Header, Value)> {
+    fn set(&mut self, name: Header, value: Value) {
+        match self.iter_mut().find(|(h, _)| *h == name) {
+            Some(entry) => entry.1 = value,
+            None => self.push((name, value)),
+        }
+    }
+}
+
+/// The contract's JSON body of a 429.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RejectionBody {
+    /// Always `rate_limit_exceeded`.
+    pub error: String,
+    /// A sentence for humans.
+    pub message: String,
+    /// The same number as `Retry-After`.
+    pub retry_after_seconds: u64,
+    /// The policy that rejected the request.
+    pub policy: String,
+}
+
+impl RejectionBody {
+    /// The body for a rejected `verdict`.
+    pub fn new(verdict: &Verdict) -> RejectionBody {
+        let retry = retry_after_secs(verdict).unwrap_or(1);
+        let deciding = verdict.deciding();
+        let policy = deciding
+            .map(|d| d.policy.name().to_owned())
+            .unwrap_or_default();
+        let message = match deciding {
+            Some(d) if d.outcome == Outcome::StoreError => format!(
+                "The rate limiter is unavailable and policy \"{policy}\" fails closed; retry in {retry} s."
+            ),
+            _ => format!("Too many requests for policy \"{policy}\"; retry in {retry} s."),
+        };
+        RejectionBody::with(policy, message, retry)
+    }
+
+    /// A body for `policy` (or a pool's name) with its own `message`.
+    pub fn with(policy: String, message: String, retry_after_seconds: u64) -> RejectionBody {
+        RejectionBody {
+            error: "rate_limit_exceeded".to_owned(),
+            message,
+            retry_after_seconds,
+            policy,
+        }
+    }
+
+    /// The body's JSON bytes.
+    pub fn to_json(&self) -> Vec<u8> {
+        // Serialising strings and an integer cannot fail.
+        serde_json::to_vec(self).unwrap_or_default()
+    }
+}
+
+/// The JSON of the answer to a client on a deny list (`403`).
+pub const FORBIDDEN_BODY: &str =
+    r#"{"error":"forbidden","message":"this client is not allowed to use this service"}"#;
+
+/// `Content-Type` of both bodies.
+pub const JSON: Value = Value::Static("application/json");
+
+/// `Cache-Control` of a 429 and a 403: RFC 6585 says a 429 must not be cached, and the
+/// access lists change with the configuration.
+pub const NO_STORE: Value = Value::Static("no-store");
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::SystemClock;
+    use crate::{AlgorithmKind, Decision, Mode};
+    use std::time::Duration;
+
+    fn policy(name: &str, limit: u64, period: Duration, mode: Mode) -> Arc<Policy> {
+        Arc::new(
+            Policy::builder(name, AlgorithmKind::TokenBucket, limit, period)
+                .mode(mode)
+                .build()
+                .unwrap(),
+        )
+    }
+
+    fn render(sets: &[HeaderSet], verdict: &Verdict) -> Vec<(Header, Value)> {
+        let mut out = Vec::new();
+        write_headers(sets, verdict, &SystemClock, &mut out);
+        out
+    }
+
+    fn get(headers: &[(Header, Value)], name: Header) -> Option<String> {
+        headers
+            .iter()
+            .find(|(h, _)| *h == name)
+            .map(|(_, v)| v.to_string())
+    }
+
+    #[test]
+    fn ietf_lists_every_enforcing_policy_and_rounds_up() {
+        let verdict = Verdict::combine(vec![
+            (
+                policy("burst", 5, Duration::from_millis(250), Mode::Reject),
+                Decision::allow(5, 4, 1),
+                1,
+            ),
+            (
+                policy("day", 1000, Duration::from_secs(86_400), Mode::Reject),
+                Decision::allow(1000, 999, 86_399_000_001),
+                1,
+            ),
+            (
+                policy("dry", 1, Duration::from_secs(1), Mode::Shadow),
+                Decision::deny(1, 0, 1, 1),
+                1,
+            ),
+        ]);
+        let h = render(&[HeaderSet::Ietf, HeaderSet::Draft6], &verdict);
+        assert_eq!(
+            get(&h, Header::RateLimitPolicy).unwrap(),
+            r#""burst";q=5;w=1, "day";q=1000;w=86400"#
+        );
+        assert_eq!(
+            get(&h, Header::RateLimit).unwrap(),
+            r#""burst";r=4;t=1, "day";r=999;t=86400"#
+        );
+        assert_eq!(get(&h, Header::RateLimitRemaining).unwrap(), "4");
+        assert_eq!(get(&h, Header::RetryAfter), None);
+    }
+
+    #[test]
+    fn rejection_names_longest_retry() {
+        let verdict = Verdict::combine(vec![
+            (
+                policy("a", 5, Duration::from_secs(1), Mode::Reject),
+                Decision::deny(5, 0, 1_000_000, 200_000),
+                1,
+            ),
+            (
+                policy("b", 5, Duration::from_secs(60), Mode::Reject),
+                Decision::deny(5, 0, 60_000_000, 12_000_001),
+                1,
+            ),
+        ]);
+        let h = render(&[HeaderSet::Legacy], &verdict);
+        assert_eq!(get(&h, Header::RetryAfter).unwrap(), "13");
+        assert_eq!(get(&h, Header::XRateLimitLimit).unwrap(), "5");
+        let body = RejectionBody::new(&verdict);
+        assert_eq!(body.policy, "b");
+        assert_eq!(body.retry_after_seconds, 13);
+        assert_eq!(
+            String::from_utf8(body.to_json()).unwrap(),
+            r#"{"error":"rate_limit_exceeded","message":"Too many requests for policy \"b\"; retry in 13 s.","retry_after_seconds":13,"policy":"b"}"#
+        );
+    }
+
+    #[test]
+    fn header_sets_parse_as_configured() {
+        let sets: Vec<HeaderSet> =
+            serde_json::from_str(r#"["draft-6", "ietf", "legacy"]"#).unwrap();
+        assert_eq!(
+            sets,
+            [HeaderSet::Draft6, HeaderSet::Ietf, HeaderSet::Legacy]
+        );
+        assert!(serde_json::from_str::<HeaderSet>(r#""draft-7""#).is_err());
+        assert!("x".parse::<HeaderSet>().is_err());
+    }
+
+    #[test]
+    fn store_failure_sends_no_numbers() {
+        let p = policy("p", 5, Duration::from_secs(1), Mode::Reject);
+        let verdict = Verdict::store_failed(&[p]);
+        let h = render(
+            &[HeaderSet::Draft6, HeaderSet::Ietf, HeaderSet::Legacy],
+            &verdict,
+        );
+        assert!(h.is_empty());
+    }
+
+    #[test]
+    fn a_header_set_twice_replaces_in_place() {
+        let p = policy("p", 5, Duration::from_secs(1), Mode::Reject);
+        let verdict = Verdict::combine(vec![(p, Decision::allow(5, 4, 1), 1)]);
+        let h = render(&[HeaderSet::Draft6, HeaderSet::Draft6], &verdict);
+        assert_eq!(h.len(), 3);
+    }
+}

@@ -1,0 +1,238 @@
+//! The checks behind each fuzz target, as plain functions of the input bytes.
+//!
+//! `fuzz_targets/*.rs` hand libFuzzer's input to these functions, and the workspace's
+//! corpus replay (`crates/sluicegate-server/tests/fuzz_corpus.rs`, which includes this file)
+//! feeds every file of `fuzz/corpus/<target>/` through the same functions on stable Rust,
+//! so CI checks the corpus without nightly. Each function panics only when the code under
+//! test panics or breaks one of the properties stated in its documentation.
+
+#![deny(missing_docs)]
+
+use std::net::IpAddr;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use http::{HeaderMap, HeaderValue, Method};
+use sluicegate_core::{AlgorithmKind, CheckRequest, Policy};
+use sluicegate_envoy::compile::{Compiler, Options};
+use sluicegate_middleware::path::normalize_path;
+use sluicegate_middleware::{ClientIdentity, ClientIpHeader, RouteSpec, RouteTable};
+use sluicegate_server::api::check::{CheckInput, parse_body, parse_entry};
+
+/// A target's check: the input bytes in, a panic on a finding.
+pub type Check = fn(&[u8]);
+
+/// The targets, by name: what `scripts/fuzz.sh` runs and the corpus folders' names.
+pub const TARGETS: [(&str, Check); 5] = [
+    ("config_toml", config_toml),
+    ("envoy_yaml", envoy_yaml),
+    ("check_body", check_body),
+    ("client_ip", client_ip),
+    ("path_route", path_route),
+];
+
+/// The TOML configuration reader (`sluicegate validate` and `serve`): any text is either a
+/// configuration or a list of errors, each with a line and column inside the text.
+pub fn config_toml(data: &[u8]) {
+    let Ok(text) = std::str::from_utf8(data) else {
+        return; // the server reads files as UTF-8 and refuses others before parsing
+    };
+    match sluicegate_server::config::load(text, Path::new("fuzz.toml")) {
+        Ok(config) => {
+            let _ = config.summary();
+        }
+        Err(diagnostics) => {
+            assert!(!diagnostics.errors.is_empty(), "an error without a reason");
+            let lines = text.lines().count().max(1) + 1;
+            for d in &diagnostics.errors {
+                assert!(d.line <= lines, "line {} of a {lines}-line text", d.line);
+            }
+            let _ = diagnostics.to_string();
+        }
+    }
+}
+
+/// The envoyproxy/ratelimit YAML reader and compiler (`[envoy] config`): any text compiles
+/// or is refused with errors, never a panic. The first byte picks the switches.
+pub fn envoy_yaml(data: &[u8]) {
+    let Some((&switches, rest)) = data.split_first() else {
+        return;
+    };
+    let Ok(text) = std::str::from_utf8(rest) else {
+        return;
+    };
+    let options = Options {
+        algorithm: if switches & 1 == 0 {
+            AlgorithmKind::FixedWindow
+        } else {
+            AlgorithmKind::TokenBucket
+        },
+        merge_domains: switches & 2 != 0,
+        shadow: switches & 4 != 0,
+        quota: switches & 8 != 0,
+        dynamic_metadata: switches & 16 != 0,
+    };
+    let mut compiler = Compiler::new(options);
+    compiler.add_yaml(text, Path::new("a.yaml"));
+    if switches & 32 != 0 {
+        // The same text twice: a duplicate domain (or a merge of it with itself).
+        compiler.add_yaml(text, Path::new("b.yaml"));
+    }
+    match compiler.finish() {
+        Ok(config) => drop(config),
+        Err(errors) => assert!(!errors.to_string().is_empty()),
+    }
+}
+
+/// The `/v1/check` body (`sluicegate_server::api::check::parse_body`): any bytes are one
+/// request, a batch or a 400/413; a parsed request is then validated as the store would
+/// (key length, cost within capacity) without a panic.
+pub fn check_body(data: &[u8]) {
+    let policies = [policy("p", 10), policy("q", 1)];
+    let validate = |body: &sluicegate_server::api::types::CheckBody| {
+        let named: Vec<Arc<Policy>> = body
+            .policy
+            .names()
+            .iter()
+            .map(|name| {
+                let i = usize::from(*name != "p");
+                Arc::clone(&policies[i])
+            })
+            .collect();
+        let _ = CheckRequest::new(&named, &body.key, body.cost).validate();
+    };
+    match parse_body(data) {
+        Ok(CheckInput::One(body)) => validate(&body),
+        Ok(CheckInput::Batch(batch)) => {
+            for value in batch.requests.into_iter().take(1000) {
+                if let Ok(body) = parse_entry(value) {
+                    validate(&body);
+                }
+            }
+        }
+        Err(e) => {
+            let status = e.status.as_u16();
+            assert!(status == 400 || status == 413, "status {status}");
+        }
+    }
+}
+
+/// Client identity behind trusted proxies (`X-Forwarded-For`, `Forwarded`, `X-Real-IP`):
+/// the first byte picks the header and the peer, the rest is split into header lines at
+/// `\n`. The client is the peer or an address written in the header, never anything else;
+/// an untrusted peer is always its own client; IPv6 is cut to the prefix.
+pub fn client_ip(data: &[u8]) {
+    let Some((&pick, rest)) = data.split_first() else {
+        return;
+    };
+    let header = match pick % 3 {
+        0 => ClientIpHeader::XForwardedFor,
+        1 => ClientIpHeader::Forwarded,
+        _ => ClientIpHeader::XRealIp,
+    };
+    let trusted = vec![
+        "127.0.0.0/8".parse().unwrap(),
+        "10.0.0.0/8".parse().unwrap(),
+        "fd00::/8".parse().unwrap(),
+    ];
+    let identity = ClientIdentity::new(trusted, 64).with_header(header);
+    let peer: IpAddr = match (pick / 3) % 3 {
+        0 => "127.0.0.1".parse().unwrap(),
+        1 => "fd00::1".parse().unwrap(),
+        _ => "192.0.2.7".parse().unwrap(),
+    };
+    let mut headers = HeaderMap::new();
+    for line in rest.split(|b| *b == b'\n') {
+        if let Ok(value) = HeaderValue::from_bytes(line) {
+            headers.append(http::HeaderName::from_static(header.name()), value);
+        }
+    }
+    let addr = identity.client_addr(peer, &headers);
+    assert_eq!(identity.client_ip(peer, &headers), identity.mask(addr));
+    if !identity.is_trusted(peer) {
+        assert_eq!(addr, peer, "an untrusted peer named another client");
+        return;
+    }
+    if addr != peer {
+        let text = String::from_utf8_lossy(rest).to_ascii_lowercase();
+        let written = [addr.to_string(), ipv4_mapped(addr)];
+        assert!(
+            written.iter().any(|a| text.contains(a.as_str())) || has_ipv6(&text),
+            "{addr} is neither the peer nor written in {text:?}"
+        );
+    }
+}
+
+/// Path normalisation and route matching: the normal form is normal (normalising it again
+/// changes nothing), starts with `/` and holds no empty, `.` or `..` segment; a raw path
+/// and its normal form meet the same route. The first byte picks the method.
+pub fn path_route(data: &[u8]) {
+    let Some((&pick, rest)) = data.split_first() else {
+        return;
+    };
+    let path = String::from_utf8_lossy(rest);
+    let normal = normalize_path(&path);
+    assert_eq!(
+        normalize_path(&normal),
+        normal,
+        "not idempotent on {path:?}"
+    );
+    assert!(normal.starts_with('/'), "{normal:?}");
+    let inner = &normal[1..];
+    for (i, segment) in inner.split('/').enumerate() {
+        let last = i + 1 == inner.split('/').count();
+        assert!(
+            segment != "." && segment != ".." && (last || !segment.is_empty()),
+            "{path:?} → {normal:?}"
+        );
+    }
+    let method = [Method::GET, Method::POST, Method::DELETE][usize::from(pick % 3)].clone();
+    let table = routes();
+    let headers = HeaderMap::new();
+    let raw = table.find(&method, &path, &headers).map(|r| r.index());
+    let normalised = table.find(&method, &normal, &headers).map(|r| r.index());
+    assert_eq!(
+        raw, normalised,
+        "{path:?} and {normal:?} meet different routes"
+    );
+}
+
+fn routes() -> RouteTable {
+    let specs = [
+        RouteSpec::new("/", &["p"]),
+        RouteSpec::new("/api", &["p"]),
+        RouteSpec::new("/api/auth", &["p"]).methods(&["POST"]),
+        RouteSpec::new("/api/%61uth/login", &["p"]),
+        RouteSpec::new("/Admin", &["p"]).case_insensitive(true),
+        RouteSpec::new("/files/a%2Fb", &["p"]),
+    ];
+    RouteTable::new(&specs, |name| Some(policy(name, 5))).expect("valid routes")
+}
+
+fn policy(name: &str, limit: u64) -> Arc<Policy> {
+    Arc::new(
+        Policy::builder(
+            name,
+            AlgorithmKind::TokenBucket,
+            limit,
+            Duration::from_secs(1),
+        )
+        .build()
+        .expect("valid policy"),
+    )
+}
+
+/// `::ffff:a.b.c.d` as IPv4 text, so an IPv4-mapped address written in the header is found.
+fn ipv4_mapped(addr: IpAddr) -> String {
+    match addr {
+        IpAddr::V4(v4) => format!("::ffff:{v4}"),
+        IpAddr::V6(v6) => v6.to_string(),
+    }
+}
+
+/// IPv6 addresses have many spellings (`::1`, `0::0:1`, `[::1]:80`); a text holding a colon
+/// may name the client in another spelling, so only IPv4 results are matched as text.
+fn has_ipv6(text: &str) -> bool {
+    text.contains(':')
+}

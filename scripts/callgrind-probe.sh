@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Instructions per iteration of each hot-path step of the callgrind probe
+# (crates/sluicegate-bench/src/bin/callgrind_probe.rs), counted by valgrind's callgrind:
+# unlike wall-clock time, the count does not depend on what else the machine is doing.
+# Usage: scripts/callgrind-probe.sh [PROBE_BINARY]   (default: builds and runs the release one)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bin=${1:-}
+if [ -z "$bin" ]; then
+  cargo build --release -q -p sluicegate-bench --bin callgrind_probe
+  bin=target/release/callgrind_probe
+fi
+n=20000 # the probe's iterations per step (N in callgrind_probe.rs)
+for step in probe_store_check probe_limiter_check probe_write_headers probe_rejection; do
+  out=$(mktemp)
+  valgrind --tool=callgrind --callgrind-out-file=/dev/null --collect-atstart=no \
+    --toggle-collect="*${step}*" "$bin" 2>"$out" >/dev/null
+  ir=$(sed -n 's/.*Collected : \([0-9]*\).*/\1/p' "$out")
+  rm -f "$out"
+  printf '%-22s %8d instructions/iteration\n' "$step" $((ir / n))
+done
