@@ -1,11 +1,12 @@
-//! [`HealthProbe`]: how the dashboard asks the store whether it is well.
+//! [`HealthProbe`]: how the dashboard asks the store whether it is well; [`PoolSource`]:
+//! how it reads the pools' counters.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use sluicegate_core::{BoxFuture, Store};
 
-use crate::snapshot::StoreHealth;
+use crate::snapshot::{PoolRow, StoreHealth};
 
 /// Longest the dashboard waits for a ping before calling the store unreachable.
 pub const PROBE_TIMEOUT: Duration = Duration::from_millis(500);
@@ -38,5 +39,18 @@ impl<S: Store + ?Sized> HealthProbe for Arc<S> {
                 ping_ms,
             }
         })
+    }
+}
+
+/// Something that reports the pools as they are now (the server's current configuration's
+/// `[[pools]]`). Read at each poll; cheap (a lock per pool, no I/O).
+pub trait PoolSource: Send + Sync + 'static {
+    /// The pools now, in configuration order.
+    fn pools(&self) -> Vec<PoolRow>;
+}
+
+impl<F: Fn() -> Vec<PoolRow> + Send + Sync + 'static> PoolSource for F {
+    fn pools(&self) -> Vec<PoolRow> {
+        self()
     }
 }

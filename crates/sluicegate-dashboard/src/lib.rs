@@ -1,7 +1,8 @@
 //! Sluicegate's live dashboard: `GET /dashboard`, one self-contained HTML page (script and
 //! style inline, embedded in the binary, nothing from a CDN), which polls
 //! `GET /dashboard/data` for decisions per second by policy and outcome, the most limited
-//! keys of the last minutes, and the store's health.
+//! keys of the last minutes, the store's health, and the `[[pools]]` (in flight, queued,
+//! limit, rejections and wait per level).
 //!
 //! Decisions arrive through [`DashboardObserver`], a
 //! [`VerdictObserver`](sluicegate_core::VerdictObserver) the server adds next to its metrics
@@ -42,9 +43,11 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
 
-pub use health::{HealthProbe, PROBE_TIMEOUT};
+pub use health::{HealthProbe, PROBE_TIMEOUT, PoolSource};
 pub use recorder::{DashboardConfig, DashboardObserver, MAX_DISPLAY_KEY, MAX_POLICIES, OUTCOMES};
-pub use snapshot::{KeyRow, OutcomeCounts, PolicyRow, Snapshot, StoreHealth};
+pub use snapshot::{
+    KeyRow, OutcomeCounts, PolicyRow, PoolLevelRow, PoolRow, Snapshot, StoreHealth,
+};
 
 /// The page, script and style inline.
 pub const PAGE: &str = include_str!("page.html");
@@ -59,6 +62,7 @@ const CSP: &str = "default-src 'none'; script-src 'unsafe-inline'; style-src 'un
 pub struct Dashboard {
     observer: Arc<DashboardObserver>,
     probe: Option<Arc<dyn HealthProbe>>,
+    pools: Option<Arc<dyn PoolSource>>,
 }
 
 impl std::fmt::Debug for Dashboard {
@@ -66,6 +70,7 @@ impl std::fmt::Debug for Dashboard {
         f.debug_struct("Dashboard")
             .field("observer", &self.observer)
             .field("probe", &self.probe.is_some())
+            .field("pools", &self.pools.is_some())
             .finish()
     }
 }
@@ -76,7 +81,14 @@ impl Dashboard {
         Dashboard {
             observer,
             probe: None,
+            pools: None,
         }
+    }
+
+    /// Also shows the pools `source` reports, read at each poll.
+    pub fn with_pools(mut self, source: impl PoolSource) -> Self {
+        self.pools = Some(Arc::new(source));
+        self
     }
 
     /// Also shows the health of a store (any `Arc<dyn Store>`), probed at each poll.
@@ -95,6 +107,9 @@ impl Dashboard {
         let mut snapshot = self.observer.snapshot();
         if let Some(probe) = &self.probe {
             snapshot.store = Some(probe.health().await);
+        }
+        if let Some(pools) = &self.pools {
+            snapshot.pools = pools.pools();
         }
         snapshot
     }

@@ -222,6 +222,7 @@ impl DashboardObserver {
             policies,
             top_keys,
             store: None,
+            pools: Vec::new(),
         }
     }
 }

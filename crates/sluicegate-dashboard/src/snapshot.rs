@@ -137,4 +137,45 @@ pub struct Snapshot {
     pub top_keys: Vec<KeyRow>,
     /// The store's health, when a probe was given.
     pub store: Option<StoreHealth>,
+    /// The pools (fair throttling), when a source was given; empty without pools.
+    pub pools: Vec<PoolRow>,
+}
+
+/// One level of a pool, as it is now and since the pool started.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PoolLevelRow {
+    /// The level's name (`default` in a pool without levels).
+    pub level: String,
+    /// Its shares.
+    pub shares: u32,
+    /// Requests holding a slot now.
+    pub in_flight: u64,
+    /// Requests waiting for a slot now.
+    pub queued: u64,
+    /// Requests that got a slot, since the pool started.
+    pub admitted: u64,
+    /// Refused because the queue was full (including those pushed out), since the start.
+    pub rejected_queue_full: u64,
+    /// Refused after waiting `max_wait`, since the start.
+    pub rejected_timeout: u64,
+    /// Left the queue because their client went away, since the start.
+    pub cancelled: u64,
+    /// Total wait of the admitted requests, seconds (`/ admitted`: the mean wait; the page
+    /// shows the mean between two polls from the differences).
+    pub waited_seconds: f64,
+}
+
+/// One `[[pools]]` pool.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PoolRow {
+    /// The pool's name.
+    pub pool: String,
+    /// Requests that may hold a slot at once now.
+    pub limit: u64,
+    /// `Some((min, max))` when `concurrency = "adaptive"`.
+    pub adaptive: Option<(u64, u64)>,
+    /// The adaptive limit's latency floor, milliseconds, once measured.
+    pub latency_floor_ms: Option<f64>,
+    /// Its levels, in configuration order.
+    pub levels: Vec<PoolLevelRow>,
 }

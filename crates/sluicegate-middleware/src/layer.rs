@@ -14,13 +14,15 @@ use tower::{Layer, Service};
 use crate::handle::LimiterHandle;
 use crate::lease::LeaseBody;
 use crate::limiter::RateLimiter;
+use crate::pool::PermitBody;
 
 /// Puts a [`RateLimiter`] in front of a service.
 ///
 /// Requests matching no route pass untouched. Admitted requests are forwarded (after their
 /// wait in delay mode) and their responses get the rate-limit headers; rejected ones get
 /// the 429 of [`RateLimitDecision::rejection`](crate::RateLimitDecision::rejection) and never
-/// reach the inner service. The response body is `Either<inner body, Full<Bytes>>`.
+/// reach the inner service. The response body is `Either<`[`HeldBody`]`<inner body>, Full<Bytes>>`;
+/// a route's pool slot and concurrency leases are freed when that body ends or is dropped.
 ///
 /// # The client address
 /// The TCP peer is read from the request extensions: axum's
@@ -94,12 +96,14 @@ pub struct RateLimitService<S> {
     handle: LimiterHandle,
 }
 
+/// An admitted response's body: it holds the request's concurrency leases and its pool
+/// slot until it has been sent to the end (or dropped), then frees both.
+pub type HeldBody<B> = LeaseBody<PermitBody<B>>;
+
 /// The boxed future of [`RateLimitService`].
 pub type ResponseFuture<B, E> = Pin<
     Box<
-        dyn Future<Output = Result<Response<Either<LeaseBody<B>, Full<Bytes>>>, E>>
-            + Send
-            + 'static,
+        dyn Future<Output = Result<Response<Either<HeldBody<B>, Full<Bytes>>>, E>> + Send + 'static,
     >,
 >;
 
@@ -110,7 +114,7 @@ where
     ReqBody: Send + 'static,
     ResBody: 'static,
 {
-    type Response = Response<Either<LeaseBody<ResBody>, Full<Bytes>>>;
+    type Response = Response<Either<HeldBody<ResBody>, Full<Bytes>>>;
     type Error = S::Error;
     type Future = ResponseFuture<ResBody, S::Error>;
 
@@ -135,7 +139,7 @@ where
                 .await;
             let Some(decision) = decision else {
                 let response = inner.call(request).await?;
-                return Ok(response.map(|body| Either::Left(LeaseBody::new(body, None))));
+                return Ok(response.map(|body| Either::Left(held(body, None, None))));
             };
             if !decision.is_allowed() {
                 return Ok(decision.rejection().map(Either::Right));
@@ -144,17 +148,26 @@ where
             // future is dropped, the guard frees the leases; else the body does when it ends.
             let guard = decision.lease_guard();
             decision.wait().await;
-            // The slot is held until the inner service has produced its response.
+            // The pool's slot, like the leases, is held until the response body ends: a
+            // streamed body still occupies the upstream. An error from the inner service
+            // drops it here.
             let permit = match decision.enter_pool().await {
                 Ok(permit) => permit,
                 Err(rejected) => return Ok(rejected.response().map(Either::Right)),
             };
             let mut response = inner.call(request).await?;
-            drop(permit);
             decision.write_headers(response.headers_mut());
-            Ok(response.map(|body| Either::Left(LeaseBody::new(body, guard))))
+            Ok(response.map(|body| Either::Left(held(body, guard, permit))))
         })
     }
+}
+
+fn held<B>(
+    body: B,
+    guard: Option<crate::LeaseGuard>,
+    permit: Option<crate::PoolPermit>,
+) -> HeldBody<B> {
+    LeaseBody::new(PermitBody::new(body, permit), guard)
 }
 
 fn peer_addr(extensions: &Extensions) -> IpAddr {

@@ -68,6 +68,19 @@ impl std::fmt::Debug for Pool {
     }
 }
 
+/// A pool's state at one moment ([`Pool::status`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PoolStatus {
+    /// Requests that may hold a slot at once now.
+    pub limit: u32,
+    /// `(min_concurrency, max_concurrency)` when adaptive.
+    pub adaptive: Option<(u32, u32)>,
+    /// The adaptive limit's latency floor, once measured.
+    pub latency_floor: Option<Duration>,
+    /// Each level's counters, in configuration order.
+    pub levels: Vec<sluicegate_throttle::LevelStats>,
+}
+
 /// A refused request: the pool's queue was full, or it waited `max_wait`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PoolRejected {
@@ -179,6 +192,20 @@ impl Pool {
     /// Each level's counters (for the dashboard and tests).
     pub fn levels(&self) -> Vec<sluicegate_throttle::LevelStats> {
         self.lock().scheduler.levels().cloned().collect()
+    }
+    /// Everything the pool shows (the dashboard), read under one lock.
+    pub fn status(&self) -> PoolStatus {
+        let inner = self.lock();
+        let s = &inner.scheduler;
+        PoolStatus {
+            limit: s.limit(),
+            adaptive: s.adaptive().map(|a| a.bounds()),
+            latency_floor: s
+                .adaptive()
+                .and_then(|a| a.floor())
+                .map(Duration::from_micros),
+            levels: s.levels().cloned().collect(),
+        }
     }
 
     /// Waits for a slot at `level` (an index into the pool's levels) for `flow` (the
@@ -382,20 +409,22 @@ impl Drop for PoolPermit {
     }
 }
 
-/// A response body that holds a [`PoolPermit`] until the body has been sent (or dropped),
-/// so a slot is freed when the response *ends*, not when its head arrives.
-pub struct PermitBody<B> {
-    inner: std::pin::Pin<Box<B>>,
-    permit: Option<PoolPermit>,
+pin_project_lite::pin_project! {
+    /// A response body that holds a [`PoolPermit`] until the body has been sent (or
+    /// dropped), so a slot is freed when the response *ends*, not when its head arrives: a
+    /// streamed or slow body keeps its upstream busy, so it keeps its slot. Frames pass
+    /// through untouched and at once.
+    pub struct PermitBody<B> {
+        #[pin]
+        inner: B,
+        permit: Option<PoolPermit>,
+    }
 }
 
 impl<B> PermitBody<B> {
-    /// `inner`, holding `permit` until its last frame.
+    /// `inner`, holding `permit` until its last frame (`None`: frames only pass through).
     pub fn new(inner: B, permit: Option<PoolPermit>) -> Self {
-        PermitBody {
-            inner: Box::pin(inner),
-            permit,
-        }
+        PermitBody { inner, permit }
     }
 }
 
@@ -404,14 +433,16 @@ impl<B: http_body::Body> http_body::Body for PermitBody<B> {
     type Error = B::Error;
 
     fn poll_frame(
-        mut self: std::pin::Pin<&mut Self>,
+        self: std::pin::Pin<&mut Self>,
         cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
-        let polled = self.inner.as_mut().poll_frame(cx);
-        if let std::task::Poll::Ready(None | Some(Err(_))) = &polled {
-            self.permit = None;
-        } else if self.inner.is_end_stream() {
-            self.permit = None;
+        let mut this = self.project();
+        let polled = this.inner.as_mut().poll_frame(cx);
+        // The last frame went out (or the body failed): the upstream is done with it.
+        let ended = matches!(polled, std::task::Poll::Ready(None | Some(Err(_))))
+            || (polled.is_ready() && this.inner.is_end_stream());
+        if ended {
+            *this.permit = None;
         }
         polled
     }

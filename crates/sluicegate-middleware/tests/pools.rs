@@ -14,6 +14,7 @@ use sluicegate_core::{AlgorithmKind, MemoryStore};
 use sluicegate_middleware::{KeySpec, Pool, RateLimitLayer, RateLimiter, RejectionBody, RouteSpec};
 use sluicegate_throttle::PoolSpec;
 use tokio::sync::Semaphore;
+use tokio::sync::mpsc;
 
 /// What the upstream (the handler) saw.
 struct Upstream {
@@ -23,8 +24,8 @@ struct Upstream {
     gate: Arc<Semaphore>,
 }
 
-async fn serve(pool: Arc<Pool>) -> (String, Arc<Upstream>) {
-    let limiter = RateLimiter::builder(Arc::new(MemoryStore::new(10_000)))
+fn limiter(pool: Arc<Pool>) -> RateLimiter {
+    RateLimiter::builder(Arc::new(MemoryStore::new(10_000)))
         .policy(sluicegate_testkit::policy(
             "open",
             AlgorithmKind::TokenBucket,
@@ -38,28 +39,12 @@ async fn serve(pool: Arc<Pool>) -> (String, Arc<Upstream>) {
         )
         .pool(pool)
         .build()
-        .unwrap();
-    let upstream = Arc::new(Upstream {
-        in_flight: AtomicUsize::new(0),
-        peak: AtomicUsize::new(0),
-        entered: Mutex::new(Vec::new()),
-        gate: Arc::new(Semaphore::new(0)),
-    });
-    let seen = Arc::clone(&upstream);
-    let app = Router::new()
-        .fallback(any(move |headers: HeaderMap| {
-            let up = Arc::clone(&seen);
-            async move {
-                let now = up.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
-                up.peak.fetch_max(now, Ordering::SeqCst);
-                let client = headers["x-client"].to_str().unwrap().to_owned();
-                up.entered.lock().unwrap().push(client);
-                up.gate.acquire().await.unwrap().forget();
-                up.in_flight.fetch_sub(1, Ordering::SeqCst);
-                "ok"
-            }
-        }))
-        .layer(RateLimitLayer::new(limiter));
+        .unwrap()
+}
+
+/// Serves `app` behind the layer with `pool` on loopback; returns the URL of `/work`.
+async fn listen(app: Router, pool: Arc<Pool>) -> String {
+    let app = app.layer(RateLimitLayer::new(limiter(pool)));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move {
@@ -70,7 +55,30 @@ async fn serve(pool: Arc<Pool>) -> (String, Arc<Upstream>) {
         .await
         .unwrap();
     });
-    (format!("http://{addr}/work"), upstream)
+    format!("http://{addr}/work")
+}
+
+async fn serve(pool: Arc<Pool>) -> (String, Arc<Upstream>) {
+    let upstream = Arc::new(Upstream {
+        in_flight: AtomicUsize::new(0),
+        peak: AtomicUsize::new(0),
+        entered: Mutex::new(Vec::new()),
+        gate: Arc::new(Semaphore::new(0)),
+    });
+    let seen = Arc::clone(&upstream);
+    let app = Router::new().fallback(any(move |headers: HeaderMap| {
+        let up = Arc::clone(&seen);
+        async move {
+            let now = up.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+            up.peak.fetch_max(now, Ordering::SeqCst);
+            let client = headers["x-client"].to_str().unwrap().to_owned();
+            up.entered.lock().unwrap().push(client);
+            up.gate.acquire().await.unwrap().forget();
+            up.in_flight.fetch_sub(1, Ordering::SeqCst);
+            "ok"
+        }
+    }));
+    (listen(app, pool).await, upstream)
 }
 
 fn send(url: &str, client: &str) -> tokio::task::JoinHandle<reqwest::Response> {
@@ -194,4 +202,69 @@ async fn a_request_waiting_past_max_wait_gets_429() {
     assert_eq!(pool.levels()[0].rejected_timeout, 1);
     up.gate.add_permits(1);
     assert_eq!(first.await.unwrap().status(), 200);
+}
+
+/// Each request's body is streamed from a channel the test holds: the handler answers the
+/// head at once and the body ends when the test drops the sender.
+async fn serve_streaming(pool: Arc<Pool>) -> (String, Arc<Mutex<Vec<mpsc::Sender<String>>>>) {
+    let senders: Arc<Mutex<Vec<mpsc::Sender<String>>>> = Arc::default();
+    let seen = Arc::clone(&senders);
+    let app = Router::new().fallback(any(move || {
+        let senders = Arc::clone(&seen);
+        async move {
+            let (tx, rx) = mpsc::channel::<String>(4);
+            senders.lock().unwrap().push(tx);
+            let stream = futures_util::stream::unfold(rx, |mut rx| async move {
+                let chunk = rx.recv().await?;
+                Some((Ok::<_, std::io::Error>(chunk), rx))
+            });
+            axum::body::Body::from_stream(stream)
+        }
+    }));
+    (listen(app, pool).await, senders)
+}
+
+#[tokio::test]
+async fn a_streaming_body_keeps_its_slot_until_it_ends() {
+    let pool = pool(1, 10, Duration::from_secs(3600));
+    let (url, senders) = serve_streaming(Arc::clone(&pool)).await;
+    let mut first = send(&url, "a").await.unwrap();
+    assert_eq!(first.status(), 200, "the head has arrived");
+    let a_body = senders.lock().unwrap()[0].clone();
+    a_body.send("part one".into()).await.unwrap();
+    drop(a_body);
+    assert_eq!(first.chunk().await.unwrap().unwrap(), "part one");
+    // The body is still open: the slot is still taken, so a second request queues.
+    let second = send(&url, "b");
+    until("b queued behind a's open body", || pool.load() == (1, 1, 1)).await;
+    assert_eq!(
+        senders.lock().unwrap().len(),
+        1,
+        "b never reached the upstream"
+    );
+    // The body ends: its slot goes to b.
+    senders.lock().unwrap().remove(0);
+    assert_eq!(first.chunk().await.unwrap(), None);
+    until("b got the slot", || senders.lock().unwrap().len() == 1).await;
+    assert_eq!(pool.load(), (1, 0, 1));
+    senders.lock().unwrap().clear();
+    assert_eq!(second.await.unwrap().text().await.unwrap(), "");
+    until("the slot is free", || pool.load() == (0, 0, 1)).await;
+}
+
+#[tokio::test]
+async fn a_streaming_body_dropped_by_its_client_frees_its_slot() {
+    let pool = pool(1, 10, Duration::from_secs(3600));
+    let (url, senders) = serve_streaming(Arc::clone(&pool)).await;
+    let first = send(&url, "a").await.unwrap();
+    assert_eq!(first.status(), 200);
+    let second = send(&url, "b");
+    until("b queued behind a's open body", || pool.load() == (1, 1, 1)).await;
+    // The client goes away mid-body: the server drops the body, and with it the slot.
+    drop(first);
+    until("b got the slot", || senders.lock().unwrap().len() == 2).await;
+    assert_eq!(pool.load(), (1, 0, 1));
+    senders.lock().unwrap().clear();
+    assert_eq!(second.await.unwrap().status(), 200);
+    until("the slot is free", || pool.load() == (0, 0, 1)).await;
 }

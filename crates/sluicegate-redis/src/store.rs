@@ -403,33 +403,10 @@ impl Inner {
                 }
             }
         }
-        // Standalone: everything in order, in chunks. Cluster: one group per hash slot,
-        // since a script may only touch keys of one slot.
-        let groups: Vec<Vec<usize>> = if self.link.is_cluster() {
-            let mut by_slot: Vec<(Slot, Vec<usize>)> = Vec::new();
-            for (j, (_, items, _)) in pending.iter().enumerate() {
-                let slot = Slot::for_key(&items[0].key);
-                match by_slot.iter_mut().find(|(s, _)| *s == slot) {
-                    Some((_, group)) => group.push(j),
-                    None => by_slot.push((slot, vec![j])),
-                }
-            }
-            by_slot
-                .into_iter()
-                .flat_map(|(_, group)| {
-                    group
-                        .chunks(BATCH_CHUNK)
-                        .map(<[usize]>::to_vec)
-                        .collect::<Vec<_>>()
-                })
-                .collect()
-        } else {
-            (0..pending.len())
-                .collect::<Vec<_>>()
-                .chunks(BATCH_CHUNK)
-                .map(<[usize]>::to_vec)
-                .collect()
-        };
+        let groups = batch_groups(
+            self.link.is_cluster(),
+            pending.iter().map(|(_, items, _)| items[0].key.as_str()),
+        );
         let pending = &pending;
         let calls = groups.iter().map(|group| async move {
             let requests: Vec<&[Item]> = group.iter().map(|&j| pending[j].1.as_slice()).collect();
@@ -660,4 +637,28 @@ impl Store for RedisStore {
     fn kind(&self) -> &'static str {
         self.inner.kind()
     }
+}
+
+/// The requests of a batch (by their first key) in the groups one script call each decides:
+/// standalone, everything in order, in chunks of `BATCH_CHUNK`; on a cluster one group per
+/// hash slot first, since a script may only touch keys of one slot.
+fn batch_groups<'a>(cluster: bool, first_keys: impl Iterator<Item = &'a str>) -> Vec<Vec<usize>> {
+    let chunks = |group: Vec<usize>| -> Vec<Vec<usize>> {
+        group.chunks(BATCH_CHUNK).map(<[usize]>::to_vec).collect()
+    };
+    if !cluster {
+        return chunks(first_keys.enumerate().map(|(j, _)| j).collect());
+    }
+    let mut by_slot: Vec<(Slot, Vec<usize>)> = Vec::new();
+    for (j, key) in first_keys.enumerate() {
+        let slot = Slot::for_key(key);
+        match by_slot.iter_mut().find(|(s, _)| *s == slot) {
+            Some((_, group)) => group.push(j),
+            None => by_slot.push((slot, vec![j])),
+        }
+    }
+    by_slot
+        .into_iter()
+        .flat_map(|(_, group)| chunks(group))
+        .collect()
 }

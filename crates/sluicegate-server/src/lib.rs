@@ -21,6 +21,7 @@ pub mod app;
 pub mod cli;
 pub mod config;
 pub mod conn;
+pub mod dashboard;
 pub mod envoy;
 pub mod forward_auth;
 pub mod gateway;

@@ -63,15 +63,7 @@ async fn serve(
 ) -> Result<(), String> {
     crate::metrics::install();
     crate::metrics::spawn_upkeep();
-    let opened = crate::store::open(&config.store).await?;
-    // The dashboard sees every verdict next to the metrics, and probes the same store.
-    let dashboard = Arc::new(sluicegate_dashboard::DashboardObserver::default());
-    let observer: Arc<dyn sluicegate_core::VerdictObserver> = Arc::new(vec![
-        crate::metrics::observers(),
-        Arc::clone(&dashboard) as Arc<dyn sluicegate_core::VerdictObserver>,
-    ]);
-    let state = AppState::new(config.clone(), opened.store, opened.memory, observer)?;
-
+    let (state, dashboard) = open_state(&config).await?;
     let api = bind(config.server.listen, "API").await?;
     let gateway = match &config.gateway {
         Some(g) => Some((crate::gateway::Listeners::bind(g.listen)?, g.clone())),
@@ -86,8 +78,11 @@ async fn serve(
     println!("sluicegate {} listening:", env!("CARGO_PKG_VERSION"));
     println!("  api http://{api_addr}");
     println!("  dashboard http://{api_addr}/dashboard");
+    let pools_of = state.clone();
     let app = crate::app::router(state.clone()).merge(sluicegate_dashboard::router(
-        sluicegate_dashboard::Dashboard::new(dashboard).with_probe(Arc::clone(&state.store)),
+        sluicegate_dashboard::Dashboard::new(dashboard)
+            .with_probe(Arc::clone(&state.store))
+            .with_pools(move || crate::dashboard::pool_rows(&pools_of)),
     ));
     let app = crate::app::guard(app, state.clone());
     let limits = config.server.connections;
@@ -129,6 +124,31 @@ async fn serve(
     use std::io::Write;
     let _ = std::io::stdout().flush();
 
+    wait_then_drain(signal, tasks, stop_tx).await
+}
+
+/// The store, the observers (metrics and the dashboard, which sees every verdict next to
+/// the metrics and probes the same store) and the state every listener shares.
+async fn open_state(
+    config: &Config,
+) -> Result<(AppState, Arc<sluicegate_dashboard::DashboardObserver>), String> {
+    let opened = crate::store::open(&config.store).await?;
+    let dashboard = Arc::new(sluicegate_dashboard::DashboardObserver::default());
+    let observer: Arc<dyn sluicegate_core::VerdictObserver> = Arc::new(vec![
+        crate::metrics::observers(),
+        Arc::clone(&dashboard) as Arc<dyn sluicegate_core::VerdictObserver>,
+    ]);
+    let state = AppState::new(config.clone(), opened.store, opened.memory, observer)?;
+    Ok((state, dashboard))
+}
+
+/// Serves until the shutdown signal or until a listener ends on its own (a failure), then
+/// tells every listener to stop and gives in-flight requests [`DRAIN_TIMEOUT`] to finish.
+async fn wait_then_drain(
+    signal: impl std::future::Future<Output = ()>,
+    mut tasks: tokio::task::JoinSet<Result<(), String>>,
+    stop_tx: watch::Sender<bool>,
+) -> Result<(), String> {
     let mut failure = None;
     tokio::select! {
         () = signal => {

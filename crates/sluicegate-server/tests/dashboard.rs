@@ -153,3 +153,180 @@ key = "ip"
     assert!(png.starts_with(b"\x89PNG\r\n\x1a\n"), "not a PNG");
     assert!(png.len() > 10_000, "a blank page? {} bytes", png.len());
 }
+
+/// An upstream that holds every request until the test adds a permit to its gate.
+async fn gated_upstream() -> (
+    std::net::SocketAddr,
+    std::sync::Arc<tokio::sync::Semaphore>,
+    std::sync::Arc<std::sync::atomic::AtomicUsize>,
+) {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let gate = Arc::new(tokio::sync::Semaphore::new(0));
+    let entered = Arc::new(AtomicUsize::new(0));
+    let (g, e) = (Arc::clone(&gate), Arc::clone(&entered));
+    let app = axum::Router::new().fallback(move || {
+        let (gate, entered) = (Arc::clone(&g), Arc::clone(&e));
+        async move {
+            entered.fetch_add(1, Ordering::SeqCst);
+            gate.acquire().await.unwrap().forget();
+            "ok"
+        }
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    (addr, gate, entered)
+}
+
+/// `field` of the pool's level row in `/dashboard/data`.
+async fn pool_level(base: &str, field: &str) -> u64 {
+    let data: serde_json::Value = reqwest::get(format!("{base}/dashboard/data"))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    data["pools"][0]["levels"][0][field].as_u64().unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dashboard_shows_a_pools_slots_queue_rejections_and_waits() {
+    use std::sync::atomic::Ordering;
+    let Some(chromium) = program("chromium") else {
+        return;
+    };
+    let (upstream, gate, entered) = gated_upstream().await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("sluicegate.toml");
+    std::fs::write(
+        &config,
+        r#"
+[[policies]]
+name = "open"
+algorithm = "token_bucket"
+limit = 1000000
+period = "1s"
+
+[[routes]]
+path = "/"
+policies = ["open"]
+key = "header:x-client"
+pool = "backend"
+
+[[pools]]
+name = "backend"
+concurrency = 2
+queue = 2
+max_wait = "10m"
+"#,
+    )
+    .unwrap();
+    let server = Sluicegate::start(
+        sluicegate_bin!(),
+        &[
+            "--config",
+            config.to_str().unwrap(),
+            "--gateway-listen",
+            "127.0.0.1:0",
+            "--upstream",
+            &format!("http://{upstream}"),
+        ],
+    );
+    let base = server.url("");
+    let send = |client: &str| {
+        let (url, client) = (server.gateway_url("/work"), client.to_owned());
+        tokio::spawn(async move {
+            reqwest::Client::new()
+                .get(url)
+                .header("x-client", client)
+                .send()
+                .await
+                .unwrap()
+                .status()
+        })
+    };
+    let until = async |what: &str, cond: &dyn Fn() -> bool| {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !cond() {
+            assert!(Instant::now() < deadline, "never happened: {what}");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    };
+    // a and b take both slots; c waits, then gets a's slot.
+    let mut sent = vec![send("a"), send("b")];
+    until("a and b at the upstream", &|| {
+        entered.load(Ordering::SeqCst) == 2
+    })
+    .await;
+    sent.push(send("c"));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while pool_level(&base, "queued").await != 1 {
+        assert!(Instant::now() < deadline, "c never queued");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let queued_at = Instant::now();
+    // The wait the page must show: c waits at least this long (not a timed assertion).
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let held = queued_at.elapsed();
+    gate.add_permits(1);
+    until("c at the upstream", &|| entered.load(Ordering::SeqCst) == 3).await;
+    // d and e fill the queue of 2; f finds it full.
+    sent.push(send("d"));
+    sent.push(send("e"));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while pool_level(&base, "queued").await != 2 {
+        assert!(Instant::now() < deadline, "d and e never queued");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(send("f").await.unwrap(), 429);
+
+    let profile = dir.path().join("chromium-profile");
+    let dom = chromium_run(
+        &chromium,
+        &profile,
+        &["--dump-dom"],
+        &format!("{base}/dashboard"),
+    );
+    let row = r#"<tr data-pool="backend" data-level="default" data-in-flight="2" data-queued="2" data-limit="2" data-rejected="1" data-rejected-queue-full="1" data-rejected-timeout="0" data-cancelled="0" data-admitted="3" data-mean-wait-ms=""#;
+    let Some(at) = dom.find(row) else {
+        panic!("the page lacks the pool's row {row:?}:\n{dom}");
+    };
+    let mean_wait: u64 = dom[at + row.len()..]
+        .split('"')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    // Three admitted: a and b at once, c after waiting at least `held`.
+    let floor = held.as_millis() as u64 / 3;
+    assert!(
+        mean_wait >= floor,
+        "mean wait {mean_wait} ms, but c alone waited {held:?} of 3 admissions"
+    );
+    assert!(dom.contains("default (1 share)"), "{dom}");
+    let artifacts = Path::new(sluicegate_bin!())
+        .ancestors()
+        .nth(2)
+        .unwrap()
+        .join("test-artifacts");
+    std::fs::create_dir_all(&artifacts).unwrap();
+    let shot = artifacts.join("dashboard-pools.png");
+    chromium_run(
+        &chromium,
+        &profile,
+        &[
+            &format!("--screenshot={}", shot.display()),
+            "--window-size=1280,1100",
+        ],
+        &format!("{base}/dashboard"),
+    );
+
+    gate.add_permits(100);
+    let statuses: Vec<_> = futures_util::future::join_all(sent).await;
+    assert!(
+        statuses.iter().all(|s| *s.as_ref().unwrap() == 200),
+        "{statuses:?}"
+    );
+    assert_eq!(pool_level(&base, "in_flight").await, 0);
+}

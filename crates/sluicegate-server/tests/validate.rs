@@ -237,3 +237,123 @@ period = "1d"
         "{stderr}"
     );
 }
+
+const BROKEN_POOLS: &str = r#"[[policies]]
+name = "open"
+algorithm = "gcra"
+limit = 10
+period = "1s"
+
+[[pools]]
+name = "backend"
+concurrency = 0
+queue = 2000000
+max_wait = "2h"
+levels = { critical = 0, "bad level" = 1, batch = -2 }
+
+[[pools]]
+name = "elastic"
+concurrency = "adaptive"
+min_concurrency = 8
+max_concurrency = 4
+
+[[pools]]
+name = "noqueue"
+concurrency = 4
+queue = 0
+max_wait = "1s"
+
+[[pools]]
+name = "fixed"
+concurrency = 4
+min_concurrency = 2
+levels = {}
+
+[[pools]]
+name = "tiers"
+concurrency = 8
+levels = { critical = 3, batch = 1 }
+
+[[routes]]
+path = "/a"
+policies = ["open"]
+pool = "nope"
+
+[[routes]]
+path = "/b"
+policies = ["open"]
+pool = "elastic"
+
+[[routes]]
+path = "/c"
+policies = ["open"]
+pool = "tiers"
+level = "gold"
+
+[[routes]]
+path = "/d"
+policies = ["open"]
+pool = "tiers"
+
+[[routes]]
+path = "/e"
+policies = ["open"]
+pool = "tiers"
+level = "batch"
+weight = 0
+"#;
+
+#[test]
+fn every_pool_error_is_reported_at_its_field() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write(dir.path(), "pools.toml", BROKEN_POOLS);
+    let out = Command::new(sluicegate_bin!())
+        .args(["validate", "--config"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    let expected = [
+        (
+            9,
+            15,
+            "concurrency must be from 1 to 1000000 or \"adaptive\", not 0",
+        ),
+        (10, 9, "queue must be at most 1000000"),
+        (
+            11,
+            12,
+            "max_wait must be above zero and at most 1h, not 7200 s",
+        ),
+        (12, 23, "level \"critical\" needs 1 to 1000 shares, not 0"),
+        (12, 26, "level name \"bad level\" must be"),
+        (12, 51, "level \"batch\" shares must be a whole number"),
+        (17, 19, "min_concurrency (8) is above max_concurrency (4)"),
+        (24, 12, "max_wait has no effect with queue = 0"),
+        (29, 19, "min_concurrency and max_concurrency are for"),
+        (30, 10, "pool `levels` names no level"),
+        (40, 8, "unknown pool \"nope\""),
+        (51, 9, "pool \"tiers\" has no level \"gold\""),
+        (
+            56,
+            8,
+            "pool \"tiers\" has several levels; name one with `level`",
+        ),
+        (63, 10, "weight must be from 1 to 1000, not 0"),
+    ];
+    for (line, column, reason) in expected {
+        let prefix = format!("{}:{line}:{column}: error: ", path.display());
+        assert!(
+            stderr
+                .lines()
+                .any(|l| l.starts_with(&prefix) && l.contains(reason)),
+            "missing {prefix}{reason} in:\n{stderr}"
+        );
+    }
+    // Route /b names a pool that is defined but invalid: reported once, where it is defined.
+    assert!(
+        stderr.contains(&format!("{}: 14 errors", path.display())),
+        "{stderr}"
+    );
+}

@@ -124,31 +124,15 @@ fn steps(values: &[u64], width: f64) -> Vec<(f64, f64)> {
     points
 }
 
-fn draw_panel<DB: DrawingBackend>(
-    area: &DrawingArea<DB, plotters::coord::Shift>,
-    run: &PolicyRun,
-) -> Result<(), SimError> {
-    let s = &run.series;
+/// A panel's title: the policy, its numbers, and what it did with the traffic.
+fn caption(run: &PolicyRun) -> String {
     let policy = &run.policy;
-    let (unit, unit_name) = time_unit(s.offered.len() as u64 * s.bucket);
-    let width = s.bucket as f64 / unit;
-    let span = s.offered.len() as f64 * width;
-    let top = s
-        .offered
-        .iter()
-        .chain(&s.admitted)
-        .copied()
-        .max()
-        .unwrap_or(1)
-        .max(1) as f64
-        * 1.15;
-    let top2 = (run.peak_in_period.max(policy.limit()) as f64 * 1.25).max(1.0);
     let name = if policy.name() == policy.algorithm().name() {
         policy.name().to_owned()
     } else {
         format!("{} ({})", policy.name(), policy.algorithm())
     };
-    let caption = format!(
+    format!(
         "{name}, {} per {}{}: admitted {} of {}, most in one period {}",
         policy.limit(),
         human(policy.period()),
@@ -159,9 +143,23 @@ fn draw_panel<DB: DrawingBackend>(
         run.admitted,
         run.offered,
         run.peak_in_period,
-    );
+    )
+}
+
+fn draw_panel<DB: DrawingBackend>(
+    area: &DrawingArea<DB, plotters::coord::Shift>,
+    run: &PolicyRun,
+) -> Result<(), SimError> {
+    let s = &run.series;
+    let policy = &run.policy;
+    let (unit, unit_name) = time_unit(s.offered.len() as u64 * s.bucket);
+    let width = s.bucket as f64 / unit;
+    let span = s.offered.len() as f64 * width;
+    let top = s.offered.iter().chain(&s.admitted).copied().max();
+    let top = top.unwrap_or(1).max(1) as f64 * 1.15;
+    let top2 = (run.peak_in_period.max(policy.limit()) as f64 * 1.25).max(1.0);
     let mut chart = ChartBuilder::on(area)
-        .caption(caption, ("sans-serif", 15))
+        .caption(caption(run), ("sans-serif", 15))
         .margin(8)
         .x_label_area_size(32)
         .y_label_area_size(56)

@@ -142,9 +142,15 @@ const IN_FLIGHT: RGBColor = RGBColor(31, 119, 180);
 const RTT: RGBColor = RGBColor(44, 160, 44);
 const BASE: RGBColor = RGBColor(120, 120, 120);
 
+type Panel<'a> = DrawingArea<SVGBackend<'a>, plotters::coord::Shift>;
+
+fn chart_err(e: &dyn std::fmt::Display) -> SimError {
+    SimError::Chart(e.to_string())
+}
+
 /// Two panels: the limit and the upstream's in-flight count; the latency.
 pub fn render_adaptive(title: &str, run: &AdaptiveRun) -> Result<String, SimError> {
-    let err = |e: &dyn std::fmt::Display| SimError::Chart(e.to_string());
+    let err = chart_err;
     let mut svg = String::new();
     {
         let root = SVGBackend::with_string(&mut svg, (1000, 640)).into_drawing_area();
@@ -153,100 +159,119 @@ pub fn render_adaptive(title: &str, run: &AdaptiveRun) -> Result<String, SimErro
             .titled(title, ("sans-serif", 20))
             .map_err(|e| err(&e))?;
         let (top, bottom) = root.split_vertically(320);
-        let secs = |i: usize| i as f64 * run.bucket as f64 / 1e6;
-        let span = secs(run.limit.len());
-        let high = f64::from(run.bounds.1) * 1.1;
-        let mut chart = ChartBuilder::on(&top)
-            .caption(
-                format!(
-                    "pool limit (min {}, max {}) and requests in the upstream",
-                    run.bounds.0, run.bounds.1
-                ),
-                ("sans-serif", 15),
-            )
-            .margin(8)
-            .x_label_area_size(30)
-            .y_label_area_size(50)
-            .build_cartesian_2d(0.0..span, 0.0..high)
-            .map_err(|e| err(&e))?;
-        chart
-            .configure_mesh()
-            .disable_x_mesh()
-            .x_desc("seconds")
-            .draw()
-            .map_err(|e| err(&e))?;
-        chart
-            .draw_series(LineSeries::new(
-                run.limit
-                    .iter()
-                    .enumerate()
-                    .map(|(i, v)| (secs(i), f64::from(*v))),
-                LIMIT.stroke_width(2),
-            ))
-            .map_err(|e| err(&e))?
-            .label("limit")
-            .legend(|(x, y)| PathElement::new([(x, y), (x + 16, y)], LIMIT.stroke_width(2)));
-        chart
-            .draw_series(LineSeries::new(
-                run.in_flight.iter().enumerate().map(|(i, v)| (secs(i), *v)),
-                IN_FLIGHT.stroke_width(1),
-            ))
-            .map_err(|e| err(&e))?
-            .label("in the upstream (mean)")
-            .legend(|(x, y)| PathElement::new([(x, y), (x + 16, y)], IN_FLIGHT.stroke_width(1)));
-        chart
-            .configure_series_labels()
-            .border_style(BLACK)
-            .background_style(WHITE.mix(0.8))
-            .draw()
-            .map_err(|e| err(&e))?;
-        let top_ms = run
-            .rtt_ms
-            .iter()
-            .chain(&run.base_ms)
-            .copied()
-            .fold(1.0, f64::max)
-            * 1.15;
-        let mut chart = ChartBuilder::on(&bottom)
-            .caption("upstream latency (ms)", ("sans-serif", 15))
-            .margin(8)
-            .x_label_area_size(30)
-            .y_label_area_size(50)
-            .build_cartesian_2d(0.0..span, 0.0..top_ms)
-            .map_err(|e| err(&e))?;
-        chart
-            .configure_mesh()
-            .disable_x_mesh()
-            .x_desc("seconds")
-            .draw()
-            .map_err(|e| err(&e))?;
-        chart
-            .draw_series(LineSeries::new(
-                run.base_ms.iter().enumerate().map(|(i, v)| (secs(i), *v)),
-                BASE.stroke_width(1),
-            ))
-            .map_err(|e| err(&e))?
-            .label("base latency (the upstream's own)")
-            .legend(|(x, y)| PathElement::new([(x, y), (x + 16, y)], BASE.stroke_width(1)));
-        chart
-            .draw_series(LineSeries::new(
-                run.rtt_ms
-                    .iter()
-                    .enumerate()
-                    .filter(|(_, v)| **v > 0.0)
-                    .map(|(i, v)| (secs(i), *v)),
-                RTT.stroke_width(2),
-            ))
-            .map_err(|e| err(&e))?
-            .label("measured round trip")
-            .legend(|(x, y)| PathElement::new([(x, y), (x + 16, y)], RTT.stroke_width(2)));
-        chart
-            .configure_series_labels()
-            .border_style(BLACK)
-            .background_style(WHITE.mix(0.8))
-            .draw()
-            .map_err(|e| err(&e))?;
+        draw_limit_panel(&top, run)?;
+        draw_latency_panel(&bottom, run)?;
         root.present().map_err(|e| err(&e))?;
     }
     Ok(svg)
+}
+
+/// Seconds since the start at bucket `i`, and the run's whole span.
+fn seconds(run: &AdaptiveRun) -> (impl Fn(usize) -> f64 + '_, f64) {
+    let secs = |i: usize| i as f64 * run.bucket as f64 / 1e6;
+    let span = secs(run.limit.len());
+    (secs, span)
+}
+
+/// The top panel: the pool's limit and the requests in the upstream.
+fn draw_limit_panel(area: &Panel<'_>, run: &AdaptiveRun) -> Result<(), SimError> {
+    let err = chart_err;
+    let (secs, span) = seconds(run);
+    let high = f64::from(run.bounds.1) * 1.1;
+    let mut chart = ChartBuilder::on(area)
+        .caption(
+            format!(
+                "pool limit (min {}, max {}) and requests in the upstream",
+                run.bounds.0, run.bounds.1
+            ),
+            ("sans-serif", 15),
+        )
+        .margin(8)
+        .x_label_area_size(30)
+        .y_label_area_size(50)
+        .build_cartesian_2d(0.0..span, 0.0..high)
+        .map_err(|e| err(&e))?;
+    chart
+        .configure_mesh()
+        .disable_x_mesh()
+        .x_desc("seconds")
+        .draw()
+        .map_err(|e| err(&e))?;
+    chart
+        .draw_series(LineSeries::new(
+            run.limit
+                .iter()
+                .enumerate()
+                .map(|(i, v)| (secs(i), f64::from(*v))),
+            LIMIT.stroke_width(2),
+        ))
+        .map_err(|e| err(&e))?
+        .label("limit")
+        .legend(|(x, y)| PathElement::new([(x, y), (x + 16, y)], LIMIT.stroke_width(2)));
+    chart
+        .draw_series(LineSeries::new(
+            run.in_flight.iter().enumerate().map(|(i, v)| (secs(i), *v)),
+            IN_FLIGHT.stroke_width(1),
+        ))
+        .map_err(|e| err(&e))?
+        .label("in the upstream (mean)")
+        .legend(|(x, y)| PathElement::new([(x, y), (x + 16, y)], IN_FLIGHT.stroke_width(1)));
+    chart
+        .configure_series_labels()
+        .border_style(BLACK)
+        .background_style(WHITE.mix(0.8))
+        .draw()
+        .map_err(|e| err(&e))
+}
+
+/// The bottom panel: the upstream's own latency and the measured round trip.
+fn draw_latency_panel(area: &Panel<'_>, run: &AdaptiveRun) -> Result<(), SimError> {
+    let err = chart_err;
+    let (secs, span) = seconds(run);
+    let top_ms = run
+        .rtt_ms
+        .iter()
+        .chain(&run.base_ms)
+        .copied()
+        .fold(1.0, f64::max)
+        * 1.15;
+    let mut chart = ChartBuilder::on(area)
+        .caption("upstream latency (ms)", ("sans-serif", 15))
+        .margin(8)
+        .x_label_area_size(30)
+        .y_label_area_size(50)
+        .build_cartesian_2d(0.0..span, 0.0..top_ms)
+        .map_err(|e| err(&e))?;
+    chart
+        .configure_mesh()
+        .disable_x_mesh()
+        .x_desc("seconds")
+        .draw()
+        .map_err(|e| err(&e))?;
+    chart
+        .draw_series(LineSeries::new(
+            run.base_ms.iter().enumerate().map(|(i, v)| (secs(i), *v)),
+            BASE.stroke_width(1),
+        ))
+        .map_err(|e| err(&e))?
+        .label("base latency (the upstream's own)")
+        .legend(|(x, y)| PathElement::new([(x, y), (x + 16, y)], BASE.stroke_width(1)));
+    chart
+        .draw_series(LineSeries::new(
+            run.rtt_ms
+                .iter()
+                .enumerate()
+                .filter(|(_, v)| **v > 0.0)
+                .map(|(i, v)| (secs(i), *v)),
+            RTT.stroke_width(2),
+        ))
+        .map_err(|e| err(&e))?
+        .label("measured round trip")
+        .legend(|(x, y)| PathElement::new([(x, y), (x + 16, y)], RTT.stroke_width(2)));
+    chart
+        .configure_series_labels()
+        .border_style(BLACK)
+        .background_style(WHITE.mix(0.8))
+        .draw()
+        .map_err(|e| err(&e))
 }

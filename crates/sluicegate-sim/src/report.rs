@@ -47,54 +47,8 @@ pub fn table(description: &str, traffic: &Traffic, runs: &[PolicyRun]) -> String
         "state bytes/key",
     ];
     let mut rows: Vec<[String; 9]> = vec![header.map(str::to_owned)];
-    for run in runs {
-        let p = &run.policy;
-        let limit = if p.algorithm().uses_burst() && p.burst() != p.limit() {
-            format!("{}/{} burst {}", p.limit(), human(p.period()), p.burst())
-        } else {
-            format!("{}/{}", p.limit(), human(p.period()))
-        };
-        let ratio = run.peak_in_period as f64 / p.limit() as f64;
-        let mode = match p.mode() {
-            Mode::Delay => format!("delay≤{}", human(p.max_delay())),
-            other => other.name().to_owned(),
-        };
-        let rejected = if run.shadow_denied > 0 {
-            format!("{} (shadow {})", run.rejected, run.shadow_denied)
-        } else {
-            run.rejected.to_string()
-        };
-        rows.push([
-            p.name().to_owned(),
-            p.algorithm().name().to_owned(),
-            limit,
-            mode,
-            run.admitted.to_string(),
-            rejected,
-            run.delayed.to_string(),
-            format!("{} ({ratio:.2}×)", run.peak_in_period),
-            run.state_bytes.to_string(),
-        ]);
-    }
-    let widths: Vec<usize> = (0..9)
-        .map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0))
-        .collect();
-    for row in &rows {
-        let mut line = String::new();
-        for (c, cell) in row.iter().enumerate() {
-            let pad = widths[c] - cell.chars().count();
-            // Text columns left-aligned, numbers right-aligned.
-            if c < 4 {
-                line.push_str(cell);
-                line.push_str(&" ".repeat(pad));
-            } else {
-                line.push_str(&" ".repeat(pad));
-                line.push_str(cell);
-            }
-            line.push_str("  ");
-        }
-        let _ = writeln!(out, "{}", line.trim_end());
-    }
+    rows.extend(runs.iter().map(row));
+    write_aligned(&mut out, &rows);
     let delayed: Vec<&PolicyRun> = runs.iter().filter(|r| r.delayed > 0).collect();
     for run in delayed {
         let _ = writeln!(
@@ -106,4 +60,57 @@ pub fn table(description: &str, traffic: &Traffic, runs: &[PolicyRun]) -> String
         );
     }
     out
+}
+
+/// One policy's row of the table.
+fn row(run: &PolicyRun) -> [String; 9] {
+    let p = &run.policy;
+    let limit = if p.algorithm().uses_burst() && p.burst() != p.limit() {
+        format!("{}/{} burst {}", p.limit(), human(p.period()), p.burst())
+    } else {
+        format!("{}/{}", p.limit(), human(p.period()))
+    };
+    let ratio = run.peak_in_period as f64 / p.limit() as f64;
+    let mode = match p.mode() {
+        Mode::Delay => format!("delay≤{}", human(p.max_delay())),
+        other => other.name().to_owned(),
+    };
+    let rejected = if run.shadow_denied > 0 {
+        format!("{} (shadow {})", run.rejected, run.shadow_denied)
+    } else {
+        run.rejected.to_string()
+    };
+    [
+        p.name().to_owned(),
+        p.algorithm().name().to_owned(),
+        limit,
+        mode,
+        run.admitted.to_string(),
+        rejected,
+        run.delayed.to_string(),
+        format!("{} ({ratio:.2}×)", run.peak_in_period),
+        run.state_bytes.to_string(),
+    ]
+}
+
+/// Writes `rows` in columns: text columns left-aligned, numbers right-aligned.
+fn write_aligned(out: &mut String, rows: &[[String; 9]]) {
+    let widths: Vec<usize> = (0..9)
+        .map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0))
+        .collect();
+    for row in rows {
+        let mut line = String::new();
+        for (c, cell) in row.iter().enumerate() {
+            let pad = widths[c] - cell.chars().count();
+            if c < 4 {
+                line.push_str(cell);
+                line.push_str(&" ".repeat(pad));
+            } else {
+                line.push_str(&" ".repeat(pad));
+                line.push_str(cell);
+            }
+            line.push_str("  ");
+        }
+        let _ = writeln!(out, "{}", line.trim_end());
+    }
 }

@@ -1,4 +1,5 @@
-//! Trace files: one request a line, `timestamp_ms[,key[,cost]]`.
+//! Trace files: one request a line, `timestamp_ms[,key[,cost]]`, as CSV (RFC 4180: a key
+//! with a comma or a quote is quoted, `"a,b"`, `"say ""hi"""`).
 //!
 //! Blank lines and lines starting with `#` are skipped, as is a first line naming the
 //! columns (`timestamp_ms,key,cost`). Timestamps are milliseconds (fractions allowed), in any
@@ -30,7 +31,9 @@ pub fn read(path: &Path) -> Result<Traffic, SimError> {
     })
 }
 
-/// Parses trace text; an error is `(1-based line, reason)`.
+/// Parses trace text; an error is `(1-based line, reason)`. Fields are CSV (RFC 4180,
+/// read by the `csv` crate): a key with a comma or a quote is written in double quotes,
+/// a quote inside doubled.
 ///
 /// ```
 /// let traffic = sluicegate_sim::trace::parse("timestamp_ms,key,cost\n0,alice\n1500,bob,3\n").unwrap();
@@ -40,74 +43,36 @@ pub fn read(path: &Path) -> Result<Traffic, SimError> {
 /// assert!(sluicegate_sim::trace::parse("0,alice,many\n").is_err());
 /// ```
 pub fn parse(text: &str) -> Result<Traffic, (usize, String)> {
-    let mut keys: Vec<String> = Vec::new();
-    let mut index: HashMap<String, u32> = HashMap::new();
+    let mut reader = csv::ReaderBuilder::new()
+        .has_headers(false)
+        .flexible(true)
+        .comment(Some(b'#'))
+        .trim(csv::Trim::All)
+        .from_reader(text.as_bytes());
+    let mut keys = Keys::default();
     let mut arrivals = Vec::new();
-    let mut seen_data = false;
-    for (n, raw) in text.lines().enumerate() {
-        let line_no = n + 1;
-        let line = raw.trim();
-        if line.is_empty() || line.starts_with('#') {
+    let mut record = csv::StringRecord::new();
+    let mut first = true;
+    loop {
+        let line = reader.position().line() as usize;
+        match reader.read_record(&mut record) {
+            Ok(false) => break,
+            Ok(true) => {}
+            Err(e) => return Err((line_of(&e).unwrap_or(line), e.to_string())),
+        }
+        let line = record.position().map_or(line, |p| p.line() as usize);
+        // A first line naming the columns.
+        if std::mem::take(&mut first) && record.get(0).is_some_and(|f| f.starts_with("timestamp")) {
             continue;
         }
-        let fields: Vec<&str> = line.split(',').map(str::trim).collect();
-        if !seen_data && fields[0].starts_with("timestamp") {
-            seen_data = true;
-            continue;
-        }
-        seen_data = true;
-        if fields.len() > 3 {
-            return Err((
-                line_no,
-                format!(
-                    "expected timestamp_ms[,key[,cost]], got {} fields",
-                    fields.len()
-                ),
-            ));
-        }
-        let at = parse_timestamp(fields[0]).map_err(|reason| (line_no, reason))?;
-        let key = fields
-            .get(1)
-            .copied()
-            .filter(|k| !k.is_empty())
-            .unwrap_or("client");
-        if key.len() > MAX_KEY_LEN {
-            return Err((
-                line_no,
-                format!(
-                    "key is {} bytes, over the limit of {MAX_KEY_LEN}",
-                    key.len()
-                ),
-            ));
-        }
-        let cost = match fields.get(2) {
-            None => 1,
-            Some(text) => match text.parse::<u64>() {
-                Ok(cost) if cost >= 1 => cost,
-                _ => {
-                    return Err((
-                        line_no,
-                        format!("cost {text:?} is not a whole number of at least 1"),
-                    ));
-                }
-            },
-        };
         if arrivals.len() as u64 >= MAX_REQUESTS {
             return Err((
-                line_no,
+                line,
                 format!("the trace has over {MAX_REQUESTS} requests, the simulator's bound"),
             ));
         }
-        let key = match index.get(key) {
-            Some(&i) => i,
-            None => {
-                let i =
-                    u32::try_from(keys.len()).map_err(|_| (line_no, "too many keys".to_owned()))?;
-                keys.push(key.to_owned());
-                index.insert(key.to_owned(), i);
-                i
-            }
-        };
+        let (at, key, cost) = fields(&record).map_err(|reason| (line, reason))?;
+        let key = keys.index(key).map_err(|reason| (line, reason))?;
         arrivals.push(Arrival { at, key, cost });
     }
     if arrivals.is_empty() {
@@ -121,7 +86,57 @@ pub fn parse(text: &str) -> Result<Traffic, (usize, String)> {
     for arrival in &mut arrivals {
         arrival.at -= origin;
     }
-    Ok(Traffic::new(arrivals, keys, 0))
+    Ok(Traffic::new(arrivals, keys.names, 0))
+}
+
+/// The line of a CSV error, when it has one.
+fn line_of(error: &csv::Error) -> Option<usize> {
+    error.position().map(|p| p.line() as usize)
+}
+
+/// One request's `timestamp_ms[,key[,cost]]`.
+fn fields(record: &csv::StringRecord) -> Result<(Micros, &str, u64), String> {
+    if record.len() > 3 {
+        return Err(format!(
+            "expected timestamp_ms[,key[,cost]], got {} fields",
+            record.len()
+        ));
+    }
+    let at = parse_timestamp(record.get(0).unwrap_or(""))?;
+    let key = record.get(1).filter(|k| !k.is_empty()).unwrap_or("client");
+    if key.len() > MAX_KEY_LEN {
+        return Err(format!(
+            "key is {} bytes, over the limit of {MAX_KEY_LEN}",
+            key.len()
+        ));
+    }
+    let cost = match record.get(2) {
+        None => 1,
+        Some(text) => match text.parse::<u64>() {
+            Ok(cost) if cost >= 1 => cost,
+            _ => return Err(format!("cost {text:?} is not a whole number of at least 1")),
+        },
+    };
+    Ok((at, key, cost))
+}
+
+/// The trace's distinct keys, each numbered in order of first appearance.
+#[derive(Default)]
+struct Keys {
+    names: Vec<String>,
+    index: HashMap<String, u32>,
+}
+
+impl Keys {
+    fn index(&mut self, key: &str) -> Result<u32, String> {
+        if let Some(&i) = self.index.get(key) {
+            return Ok(i);
+        }
+        let i = u32::try_from(self.names.len()).map_err(|_| "too many keys".to_owned())?;
+        self.names.push(key.to_owned());
+        self.index.insert(key.to_owned(), i);
+        Ok(i)
+    }
 }
 
 fn parse_timestamp(text: &str) -> Result<Micros, String> {
@@ -149,6 +164,23 @@ mod tests {
         assert_eq!(
             at,
             [(1_000_000, 1, 1), (1_000_500, 2, 1), (2_000_000, 0, 2)]
+        );
+    }
+
+    #[test]
+    fn keys_with_commas_and_quotes_are_read_as_rfc_4180() {
+        let t = parse("0,\"a,b\",2\n1,\"say \"\"hi\"\"\"\n2,a\n").unwrap();
+        assert_eq!(t.keys(), ["a,b", "say \"hi\"", "a"]);
+        let at: Vec<_> = t.arrivals().iter().map(|a| (a.at, a.key, a.cost)).collect();
+        assert_eq!(at, [(0, 0, 2), (1_000, 1, 1), (2_000, 2, 1)]);
+        // Unquoted, the comma still separates fields: "b" is then a cost.
+        assert!(parse("0,a,b\n").unwrap_err().1.contains("cost \"b\""));
+        assert_eq!(
+            parse("0,\"a,b\",1,x\n").unwrap_err(),
+            (
+                1,
+                "expected timestamp_ms[,key[,cost]], got 4 fields".to_owned()
+            )
         );
     }
 

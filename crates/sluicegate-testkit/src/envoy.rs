@@ -172,9 +172,44 @@ pub fn bootstrap_many(
             )
         })
         .collect();
-    let listener = |name: &str, port: u16, deny: bool| {
-        format!(
-            r#"
+    format!(
+        r#"admin:
+  address: {{ socket_address: {{ address: 127.0.0.1, port_value: {admin} }} }}
+static_resources:
+  listeners:{open_listener}{closed_listener}
+  clusters:
+  - name: upstream
+    type: STATIC
+    connect_timeout: 1s
+    load_assignment:
+      cluster_name: upstream
+      endpoints:
+      - lb_endpoints:
+        - endpoint: {{ address: {{ socket_address: {{ address: 127.0.0.1, port_value: {up_port} }} }} }}
+  - name: sluicegate
+    type: STATIC
+    connect_timeout: 1s
+    typed_extension_protocol_options:
+      envoy.extensions.upstreams.http.v3.HttpProtocolOptions:
+        "@type": type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions
+        explicit_http_config:
+          http2_protocol_options: {{}}
+    load_assignment:
+      cluster_name: sluicegate
+      endpoints:
+      - lb_endpoints:{endpoints}
+"#,
+        open_listener = listener("open", open, false, domain),
+        closed_listener = listener("closed", closed, true, domain),
+        up_port = upstream.port(),
+    )
+}
+
+/// One Envoy listener whose route sends descriptors `user` (the `x-user` header) and the
+/// remote address to the rate limit service of `domain`; `deny` is `failure_mode_deny`.
+fn listener(name: &str, port: u16, deny: bool, domain: &str) -> String {
+    format!(
+        r#"
   - name: {name}
     address: {{ socket_address: {{ address: 127.0.0.1, port_value: {port} }} }}
     filter_chains:
@@ -212,37 +247,5 @@ pub fn bootstrap_many(
             typed_config:
               "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router
 "#
-        )
-    };
-    format!(
-        r#"admin:
-  address: {{ socket_address: {{ address: 127.0.0.1, port_value: {admin} }} }}
-static_resources:
-  listeners:{open_listener}{closed_listener}
-  clusters:
-  - name: upstream
-    type: STATIC
-    connect_timeout: 1s
-    load_assignment:
-      cluster_name: upstream
-      endpoints:
-      - lb_endpoints:
-        - endpoint: {{ address: {{ socket_address: {{ address: 127.0.0.1, port_value: {up_port} }} }} }}
-  - name: sluicegate
-    type: STATIC
-    connect_timeout: 1s
-    typed_extension_protocol_options:
-      envoy.extensions.upstreams.http.v3.HttpProtocolOptions:
-        "@type": type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions
-        explicit_http_config:
-          http2_protocol_options: {{}}
-    load_assignment:
-      cluster_name: sluicegate
-      endpoints:
-      - lb_endpoints:{endpoints}
-"#,
-        open_listener = listener("open", open, false),
-        closed_listener = listener("closed", closed, true),
-        up_port = upstream.port(),
     )
 }

@@ -170,6 +170,19 @@ mod tests {
     }
 
     #[test]
+    fn a_rise_within_the_tolerance_leaves_the_limit_alone() {
+        // 50 ms → 60 ms is 1.2× the floor, under the 1.5× tolerance: not a slowdown. (The
+        // end-to-end test once "tripled" latency this way and waited in vain for a drop.)
+        let mut l = AdaptiveLimit::new(2, 40);
+        windows(&mut l, 50_000, 20);
+        assert_eq!(l.limit(), 40);
+        windows(&mut l, 60_000, 20);
+        assert_eq!(l.limit(), 40);
+        windows(&mut l, 150_000, 1);
+        assert_eq!(l.limit(), 20, "tripled: halved in one window");
+    }
+
+    #[test]
     fn floor_drifts_towards_a_new_normal() {
         let mut l = AdaptiveLimit::new(1, 8);
         windows(&mut l, 10_000, 1);

@@ -33,7 +33,7 @@ pub mod spec;
 
 pub use adaptive::AdaptiveLimit;
 pub use scheduler::{Arrival, LevelStats, Rejected, Released, Scheduler};
-pub use spec::{Capacity, PoolError, PoolSpec, ValidPool};
+pub use spec::{Capacity, PoolError, PoolField, PoolSpec, ValidPool};
 
 /// Time and durations, in microseconds.
 pub type Micros = u64;

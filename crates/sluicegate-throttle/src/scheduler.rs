@@ -103,6 +103,9 @@ pub struct LevelStats {
     pub rejected_timeout: u64,
     /// Left the queue because their client went away.
     pub cancelled: u64,
+    /// Total time the admitted requests waited for their slot (0 for those admitted at
+    /// once); `waited_micros / admitted` is the mean wait.
+    pub waited_micros: u64,
 }
 
 #[derive(Debug)]
@@ -185,6 +188,7 @@ impl Scheduler {
                     rejected_full: 0,
                     rejected_timeout: 0,
                     cancelled: 0,
+                    waited_micros: 0,
                 },
                 tag: 0,
                 vtime: 0,
@@ -466,11 +470,14 @@ impl Scheduler {
             lvl.stats.queued -= 1;
             self.queued -= 1;
             if let Some(Request {
-                state: State::Queued { deadline, .. },
+                state: State::Queued { deadline, arrived },
                 ..
             }) = self.requests.remove(&id)
             {
                 self.deadlines.remove(&(deadline, id));
+                let waited = now.saturating_sub(arrived);
+                let stats = &mut self.levels[level].stats;
+                stats.waited_micros = stats.waited_micros.saturating_add(waited);
             }
             self.start(now, id, level, Arc::clone(&flow));
             self.reready(level, &flow);
@@ -572,5 +579,32 @@ impl Scheduler {
         self.unqueue(id, &request);
         self.levels[victim_level].stats.rejected_full += 1;
         Some(id)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::PoolSpec;
+
+    #[test]
+    fn waits_are_summed_per_level_for_admitted_requests_only() {
+        let spec = PoolSpec::fixed("p", 1).validate().unwrap();
+        let mut pool = Scheduler::new(&spec);
+        let Arrival::Admitted(a) = pool.arrive(0, 0, "a", 1) else {
+            panic!()
+        };
+        let Arrival::Queued { id: b, .. } = pool.arrive(100, 0, "b", 1) else {
+            panic!()
+        };
+        let Arrival::Queued { id: c, .. } = pool.arrive(200, 0, "c", 1) else {
+            panic!()
+        };
+        // c's client goes away after 300 µs: not an admission, so not a wait.
+        assert!(pool.withdraw(c, 500, Withdraw::Gone).0);
+        assert_eq!(pool.release(a, 1_000).admitted, vec![b]);
+        let stats = pool.levels().next().unwrap().clone();
+        assert_eq!((stats.admitted, stats.waited_micros), (2, 900));
+        assert_eq!(stats.cancelled, 1);
     }
 }

@@ -85,43 +85,10 @@ impl PoolSpec {
         self
     }
 
-    /// Checks every bound; the error names the field.
+    /// Checks every bound; the error names the field. The first of [`PoolSpec::problems`].
     pub fn validate(&self) -> Result<ValidPool, PoolError> {
-        let name_ok = |n: &str| {
-            !n.is_empty()
-                && n.len() <= 64
-                && n.bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || b"_.-".contains(&b))
-        };
-        if !name_ok(&self.name) {
-            return Err(PoolError::Name(self.name.clone()));
-        }
-        match self.capacity {
-            Capacity::Fixed(n) if n == 0 || n > MAX_SLOTS => return Err(PoolError::Concurrency(n)),
-            Capacity::Adaptive { min, max } if min == 0 || max > MAX_SLOTS || min > max => {
-                return Err(PoolError::AdaptiveBounds { min, max });
-            }
-            _ => {}
-        }
-        if self.queue > MAX_QUEUE {
-            return Err(PoolError::Queue(self.queue));
-        }
-        if self.max_wait == 0 || self.max_wait > MAX_WAIT {
-            return Err(PoolError::MaxWait(self.max_wait));
-        }
-        if self.levels.len() > MAX_LEVELS {
-            return Err(PoolError::TooManyLevels(self.levels.len()));
-        }
-        for (i, (level, shares)) in self.levels.iter().enumerate() {
-            if !name_ok(level) {
-                return Err(PoolError::LevelName(level.clone()));
-            }
-            if self.levels[..i].iter().any(|(l, _)| l == level) {
-                return Err(PoolError::DuplicateLevel(level.clone()));
-            }
-            if *shares == 0 || *shares > MAX_SHARES {
-                return Err(PoolError::Shares(level.clone(), *shares));
-            }
+        if let Some(first) = self.problems().into_iter().next() {
+            return Err(first);
         }
         let mut valid = self.clone();
         if valid.levels.is_empty() {
@@ -129,6 +96,83 @@ impl PoolSpec {
         }
         Ok(ValidPool(valid))
     }
+
+    /// Every bound this table breaks, in field order (empty: it is valid). Each error says
+    /// which field it is about ([`PoolError::field`]), so a configuration reader can point
+    /// at each one.
+    pub fn problems(&self) -> Vec<PoolError> {
+        let mut out = Vec::new();
+        if !name_ok(&self.name) {
+            out.push(PoolError::Name(self.name.clone()));
+        }
+        match self.capacity {
+            Capacity::Fixed(n) if n == 0 || n > MAX_SLOTS => out.push(PoolError::Concurrency(n)),
+            Capacity::Fixed(_) => {}
+            Capacity::Adaptive { min, max } => {
+                if min == 0 || min > MAX_SLOTS {
+                    out.push(PoolError::MinConcurrency(min));
+                }
+                if max == 0 || max > MAX_SLOTS {
+                    out.push(PoolError::MaxConcurrency(max));
+                }
+                if min > max {
+                    out.push(PoolError::AdaptiveBounds { min, max });
+                }
+            }
+        }
+        if self.queue > MAX_QUEUE {
+            out.push(PoolError::Queue(self.queue));
+        }
+        if self.max_wait == 0 || self.max_wait > MAX_WAIT {
+            out.push(PoolError::MaxWait(self.max_wait));
+        }
+        if self.levels.len() > MAX_LEVELS {
+            out.push(PoolError::TooManyLevels(self.levels.len()));
+        }
+        for (i, (level, shares)) in self.levels.iter().enumerate() {
+            if !name_ok(level) {
+                out.push(PoolError::LevelName(level.clone()));
+            } else if self.levels[..i].iter().any(|(l, _)| l == level) {
+                out.push(PoolError::DuplicateLevel(level.clone()));
+            }
+            if *shares == 0 || *shares > MAX_SHARES {
+                out.push(PoolError::Shares(level.clone(), *shares));
+            }
+        }
+        out
+    }
+}
+
+/// Pool and level names: 1 to 64 characters of `[A-Za-z0-9_.-]` (safe as metric labels).
+fn name_ok(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 64
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"_.-".contains(&b))
+}
+
+/// The field of a `[[pools]]` table an error is about.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PoolField {
+    /// `name`.
+    Name,
+    /// `concurrency`.
+    Concurrency,
+    /// `min_concurrency`.
+    MinConcurrency,
+    /// `max_concurrency`.
+    MaxConcurrency,
+    /// `queue`.
+    Queue,
+    /// `max_wait`.
+    MaxWait,
+    /// `levels` as a whole.
+    Levels,
+    /// One level's name (the key in `levels`).
+    LevelName(String),
+    /// One level's shares (the value in `levels`).
+    LevelShares(String),
 }
 
 /// A validated [`PoolSpec`] (with its `default` level filled in when it named none).
@@ -159,10 +203,14 @@ pub enum PoolError {
     /// `concurrency`.
     #[error("concurrency must be from 1 to {MAX_SLOTS} or \"adaptive\", not {0}")]
     Concurrency(u32),
-    /// `min_concurrency`/`max_concurrency`.
-    #[error(
-        "adaptive pools need 1 <= min_concurrency <= max_concurrency <= {MAX_SLOTS} (got {min}..{max})"
-    )]
+    /// `min_concurrency` out of range.
+    #[error("min_concurrency must be from 1 to {MAX_SLOTS}, not {0}")]
+    MinConcurrency(u32),
+    /// `max_concurrency` out of range.
+    #[error("max_concurrency must be from 1 to {MAX_SLOTS}, not {0}")]
+    MaxConcurrency(u32),
+    /// `min_concurrency` above `max_concurrency`.
+    #[error("min_concurrency ({min}) is above max_concurrency ({max})")]
     AdaptiveBounds {
         /// `min_concurrency`.
         min: u32,
@@ -173,7 +221,7 @@ pub enum PoolError {
     #[error("queue must be at most {MAX_QUEUE}, not {0}")]
     Queue(usize),
     /// `max_wait`.
-    #[error("max_wait must be above zero and at most 1h (got {0} µs)")]
+    #[error("max_wait must be above zero and at most 1h, not {} s", *.0 as f64 / 1e6)]
     MaxWait(Micros),
     /// Too many `levels`.
     #[error("at most {MAX_LEVELS} levels in a pool, not {0}")]
@@ -187,4 +235,25 @@ pub enum PoolError {
     /// A level's shares.
     #[error("level {0:?} needs 1 to {MAX_SHARES} shares, not {1}")]
     Shares(String, u32),
+}
+
+impl PoolError {
+    /// The field the error is about.
+    pub fn field(&self) -> PoolField {
+        match self {
+            PoolError::Name(_) => PoolField::Name,
+            PoolError::Concurrency(_) => PoolField::Concurrency,
+            PoolError::MinConcurrency(_) | PoolError::AdaptiveBounds { .. } => {
+                PoolField::MinConcurrency
+            }
+            PoolError::MaxConcurrency(_) => PoolField::MaxConcurrency,
+            PoolError::Queue(_) => PoolField::Queue,
+            PoolError::MaxWait(_) => PoolField::MaxWait,
+            PoolError::TooManyLevels(_) => PoolField::Levels,
+            PoolError::LevelName(l) | PoolError::DuplicateLevel(l) => {
+                PoolField::LevelName(l.clone())
+            }
+            PoolError::Shares(l, _) => PoolField::LevelShares(l.clone()),
+        }
+    }
 }

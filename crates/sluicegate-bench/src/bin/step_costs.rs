@@ -8,6 +8,8 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use tokio::runtime::Runtime;
+
 use axum::{Router, body::Body, extract::ConnectInfo, routing::get};
 use http::{HeaderMap, Method, Request};
 use sluicegate_core::{AlgorithmKind, CheckRequest, MemoryStore, Policy};
@@ -15,46 +17,38 @@ use sluicegate_middleware::RateLimitLayer;
 use sluicegate_middleware::{HeaderSet, RateLimiter, RouteSpec, headers::write_headers};
 use tower::ServiceExt;
 
-fn main() {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    let store = Arc::new(MemoryStore::new(1_000_000));
-    let policy = Policy::builder(
+/// Times `n` runs of `step` and prints nanoseconds per run.
+fn timed(label: &str, n: usize, mut step: impl FnMut(usize)) {
+    let t = Instant::now();
+    for i in 0..n {
+        step(i);
+    }
+    println!("{label:<22} {:>6} ns", t.elapsed().as_nanos() / n as u128);
+}
+
+fn api_policy() -> Policy {
+    Policy::builder(
         "api",
         AlgorithmKind::TokenBucket,
         1_000_000_000,
         Duration::from_secs(60),
     )
     .build()
-    .unwrap();
-    let limiter = RateLimiter::builder(store.clone())
-        .policy(policy.clone())
+    .unwrap()
+}
+
+fn limiter(store: Arc<MemoryStore>) -> RateLimiter {
+    RateLimiter::builder(store)
+        .policy(api_policy())
         .route(RouteSpec::new("/api", &["api"]))
         .trusted_proxies(vec!["127.0.0.1/32".parse().unwrap()])
         .build()
-        .unwrap();
-    let n = 200_000;
-    let bare = Router::new().route("/api/items", get(|| async { "ok" }));
-    let layered = bare.clone().layer(RateLimitLayer::new(
-        RateLimiter::builder(Arc::new(MemoryStore::new(1_000_000)))
-            .policy(
-                Policy::builder(
-                    "api",
-                    AlgorithmKind::TokenBucket,
-                    1_000_000_000,
-                    Duration::from_secs(60),
-                )
-                .build()
-                .unwrap(),
-            )
-            .route(RouteSpec::new("/api", &["api"]))
-            .trusted_proxies(vec!["127.0.0.1/32".parse().unwrap()])
-            .build()
-            .unwrap(),
-    ));
-    let headers: Vec<HeaderMap> = (0..10_000)
+        .unwrap()
+}
+
+/// 10,000 requests' headers, each from its own forwarded client address.
+fn client_headers() -> Vec<HeaderMap> {
+    (0..10_000)
         .map(|i| {
             let mut h = HeaderMap::new();
             h.insert(
@@ -63,115 +57,107 @@ fn main() {
             );
             h
         })
-        .collect();
+        .collect()
+}
+
+fn request(headers: &HeaderMap) -> Request<Body> {
+    let mut request = Request::get("/api/items")
+        .extension(ConnectInfo(SocketAddr::from(([127, 0, 0, 1], 1))))
+        .body(Body::empty())
+        .unwrap();
+    *request.headers_mut() = headers.clone();
+    request
+}
+
+/// `ONLY=check`: `RateLimiter::check` + headers in a loop, for `perf`.
+fn loop_check(rt: &Runtime, limiter: &RateLimiter, headers: &[HeaderMap], peer: IpAddr) {
+    for i in 0..3_000_000 {
+        let d = rt.block_on(limiter.check(&Method::GET, "/api/items", &headers[i % 10_000], peer));
+        let mut h = HeaderMap::with_capacity(8);
+        d.unwrap().write_headers(&mut h);
+        std::hint::black_box(h);
+    }
+}
+
+/// `ONLY=layer`: the layered router in a loop, for `perf`.
+fn loop_layer(rt: &Runtime, layered: &Router, headers: &[HeaderMap]) {
+    for i in 0..2_000_000 {
+        let r = rt.block_on(layered.clone().oneshot(request(&headers[i % 10_000])));
+        std::hint::black_box(r.unwrap());
+    }
+}
+
+/// One round of every step's timing.
+fn round(rt: &Runtime, limiter: &RateLimiter, routers: &[(&str, Router)], headers: &[HeaderMap]) {
+    let n = 200_000;
     let peer: IpAddr = SocketAddr::from(([127, 0, 0, 1], 1)).ip();
+    let store = MemoryStore::new(1_000_000);
     let keys: Vec<String> = (0..10_000)
         .map(|i| format!("ip:10.0.{}.{}", i / 256, i % 256))
         .collect();
-    let policies = [Arc::new(policy)];
-    if std::env::var("ONLY").as_deref() == Ok("check") {
-        for i in 0..3_000_000 {
-            let d =
-                rt.block_on(limiter.check(&Method::GET, "/api/items", &headers[i % 10_000], peer));
-            let mut h = HeaderMap::with_capacity(8);
-            d.unwrap().write_headers(&mut h);
-            std::hint::black_box(h);
-        }
-        return;
+    let policies = [Arc::new(api_policy())];
+    timed("store.check_now", n, |i| {
+        let request = CheckRequest::new(&policies, &keys[i % 10_000], 1);
+        std::hint::black_box(store.check_now(request).unwrap());
+    });
+    timed("identity + key", n, |i| {
+        let ip = limiter.identity().client_ip(peer, &headers[i % 10_000]);
+        std::hint::black_box(limiter.identity().ip_key(ip));
+    });
+    timed("limiter.check", n, |i| {
+        let h = &headers[i % 10_000];
+        std::hint::black_box(rt.block_on(limiter.check(&Method::GET, "/api/items", h, peer)));
+    });
+    let d = rt
+        .block_on(limiter.check(&Method::GET, "/api/items", &headers[0], peer))
+        .unwrap();
+    let map = || {
+        let mut h = HeaderMap::with_capacity(8);
+        h.insert("content-type", http::HeaderValue::from_static("text/plain"));
+        h
+    };
+    timed("decision.write_headers", n, |_| {
+        let mut h = map();
+        d.write_headers(&mut h);
+        std::hint::black_box(h);
+    });
+    timed("draft6 only", n, |_| {
+        let mut h = map();
+        write_headers(&[HeaderSet::Draft6], d.verdict(), &mut h);
+        std::hint::black_box(h);
+    });
+    timed("empty map", n, |_| {
+        std::hint::black_box(map());
+    });
+    for (name, router) in routers {
+        timed(&format!("oneshot {name}"), n, |i| {
+            let r = rt.block_on(router.clone().oneshot(request(&headers[i % 10_000])));
+            std::hint::black_box(r.unwrap());
+        });
     }
-    if std::env::var("ONLY").as_deref() == Ok("layer") {
-        for i in 0..2_000_000 {
-            let mut request = Request::get("/api/items")
-                .extension(ConnectInfo(SocketAddr::from(([127, 0, 0, 1], 1))))
-                .body(Body::empty())
-                .unwrap();
-            *request.headers_mut() = headers[i % 10_000].clone();
-            let r = rt.block_on(layered.clone().oneshot(request)).unwrap();
-            std::hint::black_box(r);
-        }
-        return;
+}
+
+fn main() {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let limiter = limiter(Arc::new(MemoryStore::new(1_000_000)));
+    let bare = Router::new().route("/api/items", get(|| async { "ok" }));
+    let layered = bare
+        .clone()
+        .layer(RateLimitLayer::new(self::limiter(Arc::new(
+            MemoryStore::new(1_000_000),
+        ))));
+    let headers = client_headers();
+    let peer: IpAddr = SocketAddr::from(([127, 0, 0, 1], 1)).ip();
+    match std::env::var("ONLY").as_deref() {
+        Ok("check") => return loop_check(&rt, &limiter, &headers, peer),
+        Ok("layer") => return loop_layer(&rt, &layered, &headers),
+        _ => {}
     }
+    let routers = [("bare", bare), ("layer", layered)];
     for _ in 0..4 {
-        let t = Instant::now();
-        for i in 0..n {
-            let v = store
-                .check_now(CheckRequest::new(&policies, &keys[i % 10_000], 1))
-                .unwrap();
-            std::hint::black_box(v);
-        }
-        println!(
-            "store.check_now      {:>6} ns",
-            t.elapsed().as_nanos() / n as u128
-        );
-        let t = Instant::now();
-        for i in 0..n {
-            let ip = limiter.identity().client_ip(peer, &headers[i % 10_000]);
-            std::hint::black_box(limiter.identity().ip_key(ip));
-        }
-        println!(
-            "identity + key       {:>6} ns",
-            t.elapsed().as_nanos() / n as u128
-        );
-        let t = Instant::now();
-        for i in 0..n {
-            let d =
-                rt.block_on(limiter.check(&Method::GET, "/api/items", &headers[i % 10_000], peer));
-            std::hint::black_box(d);
-        }
-        println!(
-            "limiter.check        {:>6} ns",
-            t.elapsed().as_nanos() / n as u128
-        );
-        let d = rt
-            .block_on(limiter.check(&Method::GET, "/api/items", &headers[0], peer))
-            .unwrap();
-        let t = Instant::now();
-        for _ in 0..n {
-            let mut h = HeaderMap::with_capacity(8);
-            h.insert("content-type", http::HeaderValue::from_static("text/plain"));
-            d.write_headers(&mut h);
-            std::hint::black_box(h);
-        }
-        println!(
-            "decision.write_headers {:>6} ns",
-            t.elapsed().as_nanos() / n as u128
-        );
-        let t = Instant::now();
-        for _ in 0..n {
-            let mut h = HeaderMap::with_capacity(8);
-            h.insert("content-type", http::HeaderValue::from_static("text/plain"));
-            write_headers(&[HeaderSet::Draft6], d.verdict(), &mut h);
-            std::hint::black_box(h);
-        }
-        println!(
-            "draft6 only          {:>6} ns",
-            t.elapsed().as_nanos() / n as u128
-        );
-        let t = Instant::now();
-        for _ in 0..n {
-            let mut h = HeaderMap::with_capacity(8);
-            h.insert("content-type", http::HeaderValue::from_static("text/plain"));
-            std::hint::black_box(h);
-        }
-        println!(
-            "empty map            {:>6} ns",
-            t.elapsed().as_nanos() / n as u128
-        );
-        for (name, router) in [("bare", bare.clone()), ("layer", layered.clone())] {
-            let t = Instant::now();
-            for i in 0..n {
-                let mut request = Request::get("/api/items")
-                    .extension(ConnectInfo(SocketAddr::from(([127, 0, 0, 1], 1))))
-                    .body(Body::empty())
-                    .unwrap();
-                *request.headers_mut() = headers[i % 10_000].clone();
-                let r = rt.block_on(router.clone().oneshot(request)).unwrap();
-                std::hint::black_box(r);
-            }
-            println!(
-                "oneshot {name:<12} {:>6} ns",
-                t.elapsed().as_nanos() / n as u128
-            );
-        }
+        round(&rt, &limiter, &routers, &headers);
     }
 }

@@ -124,6 +124,7 @@ pub(super) fn parse(text: &str, path: &Path) -> Result<Config, Diagnostics> {
         c,
         defined: Vec::new(),
         concurrency_uses: Vec::new(),
+        pools_defined: Vec::new(),
     };
     let root_span = root.span();
     let root = root.into_inner();
@@ -174,6 +175,9 @@ struct Reader<'t> {
     defined: Vec<String>,
     /// Where routes name a concurrency policy: `(span of the name, name)`.
     concurrency_uses: Vec<(Range<usize>, String)>,
+    /// Every pool name in the file, valid pool or not (a route on an invalid pool is not
+    /// reported again as naming an unknown one).
+    pools_defined: Vec<String>,
 }
 
 impl Reader<'_> {

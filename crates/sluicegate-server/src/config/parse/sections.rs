@@ -302,30 +302,7 @@ impl Reader<'_> {
         });
         let algorithm = self.get::<AlgorithmKind>(t, "algorithm", what);
         let rules = self.get::<Vec<sluicegate_envoy::RuleSpec>>(t, "rules", what);
-        // Envoy asks before the request and never says when it ended: a lease taken there
-        // would only ever expire, so a concurrency limit cannot be enforced (CONTRACT.md).
-        const NO_END: &str = "Envoy's rate limit service never sees when a request ends, so it cannot hold concurrency leases; limit requests in flight with the gateway or the middleware";
-        if let Some(algorithm) = &algorithm
-            && algorithm.get_ref().is_concurrency()
-        {
-            self.c.error(
-                algorithm.span(),
-                format!("{what} algorithm \"concurrency\": {NO_END}"),
-            );
-        }
-        if let Some(rules) = &rules {
-            for name in rules.get_ref().iter().flat_map(|r| &r.policies) {
-                if policies
-                    .iter()
-                    .any(|(p, _)| p.name() == name && p.algorithm().is_concurrency())
-                {
-                    self.c.error(
-                        rules.span(),
-                        format!("{what} rule uses concurrency policy {name:?}: {NO_END}"),
-                    );
-                }
-            }
-        }
+        self.envoy_concurrency(what, algorithm.as_ref(), rules.as_ref(), policies);
         let mut flag = |key: &str| {
             self.get::<bool>(t, key, what)
                 .is_some_and(Spanned::into_inner)
@@ -349,18 +326,65 @@ impl Reader<'_> {
                 .map(|r| r.get_ref().clone())
                 .unwrap_or_default(),
         };
-        let known: Vec<Arc<Policy>> = policies.iter().map(|(p, _)| Arc::clone(p)).collect();
-        if let Err(errors) = sluicegate_envoy::EnvoyConfig::load(&section, &known, Path::new("")) {
-            for error in errors.0 {
-                // YAML errors carry their own file:line:column; point at the key that named them.
-                let span = match (&error.file, &config_key, &rules) {
-                    (Some(_), Some(key), _) => key.span(),
-                    (None, _, Some(rules)) => rules.span(),
-                    _ => 0..0,
-                };
-                self.c.error(span, format!("{what} {error}"));
+        self.envoy_compiles(&section, policies, config_key.as_ref(), rules.as_ref());
+        section
+    }
+
+    /// Envoy asks before the request and never says when it ended: a lease taken there
+    /// would only ever expire, so a concurrency limit cannot be enforced (CONTRACT.md).
+    fn envoy_concurrency(
+        &mut self,
+        what: &str,
+        algorithm: Option<&Spanned<AlgorithmKind>>,
+        rules: Option<&Spanned<Vec<sluicegate_envoy::RuleSpec>>>,
+        policies: &[(Arc<Policy>, Range<usize>)],
+    ) {
+        const NO_END: &str = "Envoy's rate limit service never sees when a request ends, so it cannot hold concurrency leases; limit requests in flight with the gateway or the middleware";
+        if let Some(algorithm) = algorithm
+            && algorithm.get_ref().is_concurrency()
+        {
+            self.c.error(
+                algorithm.span(),
+                format!("{what} algorithm \"concurrency\": {NO_END}"),
+            );
+        }
+        let Some(rules) = rules else {
+            return;
+        };
+        for name in rules.get_ref().iter().flat_map(|r| &r.policies) {
+            if policies
+                .iter()
+                .any(|(p, _)| p.name() == name && p.algorithm().is_concurrency())
+            {
+                self.c.error(
+                    rules.span(),
+                    format!("{what} rule uses concurrency policy {name:?}: {NO_END}"),
+                );
             }
         }
-        section
+    }
+
+    /// Compiles the section as `sluicegate-envoy` will, so its errors show at load time.
+    fn envoy_compiles(
+        &mut self,
+        section: &EnvoyConfig,
+        policies: &[(Arc<Policy>, Range<usize>)],
+        config_key: Option<&Spanned<String>>,
+        rules: Option<&Spanned<Vec<sluicegate_envoy::RuleSpec>>>,
+    ) {
+        let known: Vec<Arc<Policy>> = policies.iter().map(|(p, _)| Arc::clone(p)).collect();
+        let Err(errors) = sluicegate_envoy::EnvoyConfig::load(section, &known, Path::new(""))
+        else {
+            return;
+        };
+        for error in errors.0 {
+            // YAML errors carry their own file:line:column; point at the key that named them.
+            let span = match (&error.file, config_key, rules) {
+                (Some(_), Some(key), _) => key.span(),
+                (None, _, Some(rules)) => rules.span(),
+                _ => 0..0,
+            };
+            self.c.error(span, format!("[envoy] {error}"));
+        }
     }
 }
