@@ -92,7 +92,11 @@ for store in memory redis cluster; do
   "$bin/sluicegate" serve --config "$work/$store.toml" --listen 127.0.0.1:0 \
     --envoy-listen "${grpc[$store]}" >"$work/$store.log" 2>&1 &
   pids+=($!); server_pid[$store]=$!
-  until grep -q '^ready' "$work/$store.log"; do sleep 0.1; done
+  for _ in $(seq 600); do
+    grep -qs '^ready' "$work/$store.log" && break
+    kill -0 "${server_pid[$store]}" 2>/dev/null || { cat "$work/$store.log" >&2; exit 1; }
+    sleep 0.1
+  done
 done
 
 echo "# $(date -u +%FT%TZ) $(nproc) cores; ROUNDS=$ROUNDS SECS=$SECS CONC=$CONC CONNS=$CONNS"

@@ -232,6 +232,30 @@ pub struct CountingKey {
     calendar: Option<Calendar>,
 }
 
+impl CountingKey {
+    /// A policy with these numbers (reject mode, no penalty): enough to count with, as a
+    /// snapshot's tables are restored before the configuration says the rest.
+    pub fn policy(&self) -> Result<Policy, PolicyError> {
+        let period = Duration::from_micros(self.period);
+        let mut builder = Policy::builder(self.name.clone(), self.algorithm, self.limit, period);
+        if self.algorithm.is_concurrency() {
+            builder = builder.lease(period);
+        } else {
+            builder = builder.burst(self.burst);
+        }
+        if let Some(calendar) = &self.calendar {
+            builder = builder.calendar(calendar.clone());
+        }
+        builder.build()
+    }
+
+    /// Whether `other` is the same policy with other numbers (same name and algorithm), so
+    /// that its state can be carried over ([`crate::algorithm::Algorithm::rescale`]).
+    pub fn same_lineage(&self, other: &CountingKey) -> bool {
+        self.name == other.name && self.algorithm == other.algorithm
+    }
+}
+
 /// Longest `penalty`: a hundred years, so that `now + penalty` stays exact everywhere
 /// (Redis computes in doubles, exact to 2^53 µs).
 pub const MAX_PENALTY: Micros = 100 * 366 * 86_400 * 1_000_000;

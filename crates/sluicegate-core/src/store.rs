@@ -8,6 +8,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 
+use crate::overrides::Override;
 use crate::policy::Policy;
 use crate::verdict::Verdict;
 
@@ -411,6 +412,35 @@ pub trait Store: Send + Sync + 'static {
         key: &'a str,
     ) -> BoxFuture<'a, Result<(), StoreError>>;
 
+    /// Sets (`Some`) or removes (`None`) `key`'s own numbers under `policy` (see
+    /// [`crate::overrides`]). Every instance sharing the store decides with them from its
+    /// next decision on; the key keeps what it has used. The caller has checked the
+    /// override against the policy ([`crate::OverrideSpec::parse`]).
+    ///
+    /// The default answers [`StoreError::Unsupported`].
+    fn set_override<'a>(
+        &'a self,
+        policy: &'a Arc<Policy>,
+        key: &'a str,
+        value: Option<Override>,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        let _ = (policy, key, value);
+        Box::pin(std::future::ready(Err(StoreError::Unsupported(format!(
+            "the {} store keeps no per-key overrides",
+            self.kind()
+        )))))
+    }
+
+    /// The override of `key` under `policy`, if one is set. The default: none.
+    fn get_override<'a>(
+        &'a self,
+        policy: &'a Policy,
+        key: &'a str,
+    ) -> BoxFuture<'a, Result<Option<Override>, StoreError>> {
+        let _ = (policy, key);
+        Box::pin(std::future::ready(Ok(None)))
+    }
+
     /// Whether the store answers (for `/readyz`).
     fn ping(&self) -> BoxFuture<'_, Result<(), StoreError>>;
 
@@ -479,6 +509,21 @@ impl<S: Store + ?Sized> Store for Arc<S> {
         settlement: Settlement<'a>,
     ) -> BoxFuture<'a, Result<Settled, StoreError>> {
         (**self).settle(settlement)
+    }
+    fn set_override<'a>(
+        &'a self,
+        policy: &'a Arc<Policy>,
+        key: &'a str,
+        value: Option<Override>,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        (**self).set_override(policy, key, value)
+    }
+    fn get_override<'a>(
+        &'a self,
+        policy: &'a Policy,
+        key: &'a str,
+    ) -> BoxFuture<'a, Result<Option<Override>, StoreError>> {
+        (**self).get_override(policy, key)
     }
     fn ping(&self) -> BoxFuture<'_, Result<(), StoreError>> {
         (**self).ping()

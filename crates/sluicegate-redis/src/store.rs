@@ -8,8 +8,8 @@ use redis::Script;
 use redis::cluster_routing::Slot;
 use sluicegate_core::store::check_key;
 use sluicegate_core::{
-    BoxFuture, CheckRequest, KeyedCheck, Lease, Micros, Policy, Settled, Settlement, Store,
-    StoreError, Verdict,
+    BoxFuture, CheckRequest, KeyedCheck, Lease, Micros, Override, Policy, Settled, Settlement,
+    Store, StoreError, Verdict,
 };
 use tokio::sync::{Notify, mpsc, oneshot};
 use tokio::task::JoinHandle;
@@ -18,7 +18,7 @@ use crate::cache::DenyCache;
 use crate::coalesce::{Job, QUEUE_DEPTH, dispatch};
 use crate::config::{RedisConfig, RedisStoreError};
 use crate::conn::Target;
-use crate::keys::{placed_state_key, settle_marker_key, state_key};
+use crate::keys::{override_key, placed_state_key, settle_marker_key, state_key};
 use crate::link::{Link, unavailable};
 use crate::range::params;
 use crate::script::{
@@ -566,6 +566,68 @@ impl Inner {
             .await
     }
 
+    async fn set_override(
+        &self,
+        policy: &Policy,
+        key: &str,
+        value: Option<Override>,
+    ) -> Result<(), StoreError> {
+        check_key(key)?;
+        if let Some(value) = &value {
+            // The script must decide the key's numbers exactly, like a configured policy's.
+            let numbers = policy
+                .with_override(value)
+                .map_err(|e| StoreError::Unsupported(e.to_string()))?;
+            params(&numbers).map_err(|e| StoreError::Unsupported(e.to_string()))?;
+        }
+        let target = override_key(&self.prefix, key, policy);
+        if let Some(cache) = &self.cache {
+            cache.forget(&state_key(&self.prefix, key, policy));
+        }
+        self.link
+            .run(move |mut conn| async move {
+                match value {
+                    // An administrator's or the config's contract: kept until removed (the
+                    // one key without a TTL; clients cannot create such keys).
+                    Some(v) => {
+                        redis::cmd("SET")
+                            .arg(&target)
+                            .arg(format!(
+                                "{} {} {}",
+                                v.limit,
+                                v.burst.unwrap_or(0),
+                                v.period.unwrap_or(0)
+                            ))
+                            .query_async::<()>(&mut conn)
+                            .await
+                    }
+                    None => {
+                        redis::cmd("DEL")
+                            .arg(&target)
+                            .query_async::<()>(&mut conn)
+                            .await
+                    }
+                }
+            })
+            .await
+    }
+
+    async fn get_override(
+        &self,
+        policy: &Policy,
+        key: &str,
+    ) -> Result<Option<Override>, StoreError> {
+        check_key(key)?;
+        let target = override_key(&self.prefix, key, policy);
+        let text: Option<String> = self
+            .link
+            .run(move |mut conn| async move {
+                redis::cmd("GET").arg(&target).query_async(&mut conn).await
+            })
+            .await?;
+        Ok(text.and_then(|t| parse_override(&t)))
+    }
+
     /// A write, not a `PING`: a server that answers but refuses writes (OOM, READONLY,
     /// MASTERDOWN…) cannot decide, so it is not ready.
     async fn ping(&self) -> Result<(), StoreError> {
@@ -630,6 +692,23 @@ impl Store for RedisStore {
         Box::pin(self.inner.settle(s, None))
     }
 
+    fn set_override<'a>(
+        &'a self,
+        policy: &'a Arc<Policy>,
+        key: &'a str,
+        value: Option<Override>,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(self.inner.set_override(policy, key, value))
+    }
+
+    fn get_override<'a>(
+        &'a self,
+        policy: &'a Policy,
+        key: &'a str,
+    ) -> BoxFuture<'a, Result<Option<Override>, StoreError>> {
+        Box::pin(self.inner.get_override(policy, key))
+    }
+
     fn ping(&self) -> BoxFuture<'_, Result<(), StoreError>> {
         Box::pin(self.inner.ping())
     }
@@ -637,6 +716,17 @@ impl Store for RedisStore {
     fn kind(&self) -> &'static str {
         self.inner.kind()
     }
+}
+
+/// An override as the script reads it: "limit burst period" (0: the policy's own).
+fn parse_override(text: &str) -> Option<Override> {
+    let mut numbers = text.split(' ').map(|n| n.parse::<u64>().ok());
+    let (limit, burst, period) = (numbers.next()??, numbers.next()??, numbers.next()??);
+    Some(Override {
+        limit,
+        burst: (burst > 0).then_some(burst),
+        period: (period > 0).then_some(period),
+    })
 }
 
 /// The requests of a batch (by their first key) in the groups one script call each decides:

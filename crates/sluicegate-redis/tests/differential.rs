@@ -10,8 +10,8 @@ use std::time::Duration;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use sluicegate_core::{
-    AlgorithmKind, CheckRequest, KeyedCheck, ManualClock, MemoryStore, Mode, Policy, Settled,
-    Settlement, Store, Verdict,
+    AlgorithmKind, CheckRequest, KeyedCheck, ManualClock, MemoryStore, Mode, Override, Policy,
+    Settled, Settlement, Store, Verdict,
 };
 use sluicegate_redis::RedisStore;
 use sluicegate_testkit::{RedisServer, redis};
@@ -281,6 +281,91 @@ async fn keyed_checks_and_batches_decide_like_the_core() {
                 Ok(expected) => assert_eq!(got[i].as_ref().unwrap(), &expected, "batch {step}/{i}"),
                 Err(e) => assert_eq!(got[i].as_ref().unwrap_err(), &e),
             }
+        }
+    }
+}
+
+/// `steps` random requests of one key under `policy`, decided by both stores.
+async fn steps(
+    memory: &MemoryStore<ManualClock>,
+    redis: &RedisStore,
+    rng: &mut StdRng,
+    policy: &Arc<Policy>,
+    key: &str,
+    steps: usize,
+    context: &str,
+) {
+    let policies = [Arc::clone(policy)];
+    for step in 0..steps {
+        memory
+            .clock()
+            .advance(Duration::from_micros(time_step(rng, policy.period())));
+        let now = clock_now(memory.clock());
+        let cost = match rng.random_range(0..6) {
+            0 => 0,
+            1 => rng.random_range(0..=policy.capacity()),
+            _ => 1.min(policy.capacity()),
+        };
+        let request = CheckRequest::new(&policies, key, cost);
+        let expected = memory.check(request).await.unwrap();
+        let got = redis.check_at(request, now).await.unwrap();
+        assert_eq!(got, expected, "{context} step {step} cost {cost} now {now}");
+    }
+}
+
+/// A policy's numbers changed midway (a reload), and a key given its own numbers (an
+/// override, set and later removed): both stores carry the key's state over alike, so a
+/// change of limit keeps what the key has used the same way on memory and on Redis.
+#[tokio::test]
+async fn changed_numbers_carry_over_like_the_core() {
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    let redis = redis::store(&server.url(), "diff-carry").await;
+    for (k, kind) in AlgorithmKind::ALL.into_iter().enumerate() {
+        for s in 0..30u64 {
+            let seed = 50_000 + (k as u64) * 100 + s;
+            let mut rng = StdRng::seed_from_u64(seed);
+            let first = random_policy(&mut rng, "p", kind);
+            let mut second = random_policy(&mut rng, "p", kind);
+            // A sliding log re-reads the entries each store still holds under a new period;
+            // the stores drop expired entries at different moments (memory when it next
+            // consumes, Redis when it next loads), which only a longer period could see.
+            while kind == AlgorithmKind::SlidingLog && second.period() != first.period() {
+                second = random_policy(&mut rng, "p", kind);
+            }
+            let clock = ManualClock::new(START + rng.random_range(0..86_400_000_000));
+            let memory = MemoryStore::with_clock(1_000, clock);
+            let key = format!("carry-{seed}");
+            let context = format!("seed {seed}: {first:?} then {second:?}");
+            steps(&memory, &redis, &mut rng, &first, &key, 30, &context).await;
+            if rng.random_bool(0.5) {
+                // A reload: the same policy with new numbers.
+                memory.retain_policies(std::slice::from_ref(&second));
+                steps(&memory, &redis, &mut rng, &second, &key, 30, &context).await;
+                continue;
+            }
+            let value = Override {
+                limit: second.limit(),
+                burst: kind.uses_burst().then_some(second.burst()),
+                period: first.calendar().is_none().then_some(second.period()),
+            };
+            let fits = first
+                .with_override(&value)
+                .is_ok_and(|p| sluicegate_redis::check_policy(&p).is_ok());
+            if !fits {
+                continue;
+            }
+            memory
+                .set_override(&first, &key, Some(value))
+                .await
+                .unwrap();
+            redis.set_override(&first, &key, Some(value)).await.unwrap();
+            assert_eq!(redis.get_override(&first, &key).await.unwrap(), Some(value));
+            steps(&memory, &redis, &mut rng, &first, &key, 30, &context).await;
+            memory.set_override(&first, &key, None).await.unwrap();
+            redis.set_override(&first, &key, None).await.unwrap();
+            steps(&memory, &redis, &mut rng, &first, &key, 30, &context).await;
         }
     }
 }

@@ -23,6 +23,12 @@ pub fn router(state: AppState) -> Router {
             "/v1/limits/{policy}/{key}",
             get(api::limits::get_limit).delete(api::limits::delete_limit),
         )
+        .route(
+            "/v1/overrides/{policy}/{key}",
+            get(api::overrides::get_override)
+                .put(api::overrides::put_override)
+                .delete(api::overrides::delete_override),
+        )
         .route("/v1/policies", get(api::policies::list_policies))
         // nginx, Caddy and Traefik send the auth call as GET (the client's method travels in
         // a header); any method OpenAPI can declare is accepted, others get 405 with `Allow`.

@@ -139,6 +139,8 @@ async fn open_state(
         Arc::clone(&dashboard) as Arc<dyn sluicegate_core::VerdictObserver>,
     ]);
     let state = AppState::new(config.clone(), opened.store, opened.memory, observer)?;
+    // The config's [[overrides]] are in the store before the first decision.
+    state.sync_overrides().await;
     Ok((state, dashboard))
 }
 

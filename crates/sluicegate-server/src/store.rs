@@ -147,6 +147,21 @@ impl<S: Store> Store for Timed<S> {
     ) -> BoxFuture<'a, Result<sluicegate_core::Settled, StoreError>> {
         self.inner.settle(settlement)
     }
+    fn set_override<'a>(
+        &'a self,
+        policy: &'a Arc<Policy>,
+        key: &'a str,
+        value: Option<sluicegate_core::Override>,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        self.inner.set_override(policy, key, value)
+    }
+    fn get_override<'a>(
+        &'a self,
+        policy: &'a Policy,
+        key: &'a str,
+    ) -> BoxFuture<'a, Result<Option<sluicegate_core::Override>, StoreError>> {
+        self.inner.get_override(policy, key)
+    }
     fn ping(&self) -> BoxFuture<'_, Result<(), StoreError>> {
         self.inner.ping()
     }

@@ -134,6 +134,21 @@ impl Algorithm for FixedWindow {
         *state = FixedWindowState { window, count };
     }
 
+    fn rescale(&self, from: &Self, state: &Self::State, now: Micros) -> Self::State {
+        if from.period == self.period && from.calendar == self.calendar {
+            return *state;
+        }
+        // The count of the window still running under the old numbers, carried into the
+        // window holding `now` under the new ones.
+        if from.idle_at(state) <= now {
+            return FixedWindowState::default();
+        }
+        FixedWindowState {
+            window: self.window(now).0,
+            count: state.count,
+        }
+    }
+
     #[inline]
     fn idle_at(&self, state: &Self::State) -> Micros {
         if state.count == 0 {

@@ -12,7 +12,7 @@
 
 use super::{Algorithm, Quota};
 use crate::clock::Micros;
-use crate::decision::Decision;
+use crate::decision::{Decision, div_ceil, sat};
 
 /// GCRA.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -124,6 +124,21 @@ impl Algorithm for Gcra {
         // At most one capacity of debt: the TAT stays within two tolerances of now.
         let bound = now.saturating_add(self.tolerance.saturating_mul(2));
         state.tat = state.tat.max(charged.min(bound));
+    }
+
+    fn rescale(&self, from: &Self, state: &Self::State, now: Micros) -> Self::State {
+        if from.unit == self.unit {
+            return *state;
+        }
+        // Used = how far the TAT is ahead, in emission intervals; kept, rounded up.
+        let ahead = state.tat.saturating_sub(now);
+        if ahead == 0 {
+            return GcraState::default();
+        }
+        let scaled = div_ceil(u128::from(ahead) * u128::from(self.unit), from.unit);
+        GcraState {
+            tat: now.saturating_add(sat(scaled)),
+        }
     }
 
     #[inline]

@@ -145,6 +145,26 @@ impl Algorithm for LeakyBucket {
         state.last = now.max(state.last);
     }
 
+    fn rescale(&self, from: &Self, state: &Self::State, now: Micros) -> Self::State {
+        if from.period == self.period && from.limit == self.limit {
+            return *state;
+        }
+        // The water (level / period) is kept, rounded up.
+        let level = from.level_at(state, now);
+        if level == 0 {
+            return LeakyBucketState::default();
+        }
+        LeakyBucketState {
+            level: sat(super::carry_scaled(
+                level,
+                from.period,
+                self.limit,
+                self.period,
+            )),
+            last: now.max(state.last),
+        }
+    }
+
     #[inline]
     fn idle_at(&self, state: &Self::State) -> Micros {
         state

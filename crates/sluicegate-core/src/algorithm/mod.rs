@@ -93,6 +93,14 @@ pub trait Algorithm: Send + Sync + 'static {
     /// The time from which `state` is indistinguishable from a fresh key, and may be dropped.
     fn idle_at(&self, state: &Self::State) -> Micros;
 
+    /// `state`, kept under `from`'s numbers, re-expressed under this algorithm's numbers at
+    /// `now`, keeping what the key has used: a limit changed by a reload or a per-key
+    /// override (100 a day raised to 1000 after 90 used leaves 910). Windows keep their
+    /// counts, the buckets and GCRA the used amount (capacity − remaining, fractions
+    /// rounded against the client), the leaky bucket its level, the sliding log and
+    /// concurrency their entries. The Redis scripts do the same (`rescale` in each `.lua`).
+    fn rescale(&self, from: &Self, state: &Self::State, now: Micros) -> Self::State;
+
     /// Bytes `state` holds on the heap beyond its own size (the sliding log's entries, the
     /// concurrency leases): what the memory store's `max_memory` counts besides its slots.
     fn heap_bytes(state: &Self::State) -> usize {
@@ -130,6 +138,28 @@ impl Admitted {
         let short = capacity - (i128::from(self.remaining) + 1) * unit;
         estimate.max(short) - refilled
     }
+}
+
+/// Greatest common divisor (0 and 0 give 0).
+fn gcd(mut a: u64, mut b: u64) -> u64 {
+    while b != 0 {
+        (a, b) = (b, a % b);
+    }
+    a
+}
+
+/// `scaled × to_period / from_period` for the buckets' fixed point (units of 1/period),
+/// rounded up to whole units of the new period reduced by gcd(limit, period): the unit the
+/// Redis scripts count in, so that both stores carry a state over to the same number.
+pub(crate) fn carry_scaled(
+    scaled: u128,
+    from_period: Micros,
+    to_limit: u64,
+    to_period: Micros,
+) -> u128 {
+    let g = u128::from(gcd(to_limit, to_period).max(1));
+    let reduced = u128::from(to_period) / g;
+    crate::decision::div_ceil(scaled * reduced, from_period) * g
 }
 
 /// Parameters shared by every algorithm, taken from a [`Policy`].

@@ -186,6 +186,11 @@ impl Algorithm for SlidingLog {
         }
     }
 
+    fn rescale(&self, _from: &Self, state: &Self::State, _now: Micros) -> Self::State {
+        // The log is timestamps and costs: the new numbers read it as it is.
+        state.clone()
+    }
+
     #[inline]
     fn idle_at(&self, state: &Self::State) -> Micros {
         state.entries.back().map_or(0, |(at, _)| at + self.period)

@@ -160,6 +160,22 @@ impl Algorithm for SlidingWindow {
         };
     }
 
+    fn rescale(&self, from: &Self, state: &Self::State, now: Micros) -> Self::State {
+        if from.period == self.period {
+            return *state;
+        }
+        // Both counts, as they stand at `now`, move to the windows around `now`.
+        let (previous, current) = Self::at_window(state, now / from.period);
+        if previous == 0 && current == 0 {
+            return SlidingWindowState::default();
+        }
+        SlidingWindowState {
+            window: now / self.period,
+            previous,
+            current,
+        }
+    }
+
     #[inline]
     fn idle_at(&self, state: &Self::State) -> Micros {
         if state.current > 0 {

@@ -151,6 +151,29 @@ impl Algorithm for TokenBucket {
         state.last = now.max(state.last).max(1);
     }
 
+    fn rescale(&self, from: &Self, state: &Self::State, now: Micros) -> Self::State {
+        if state.last == 0 || from == self {
+            return *state;
+        }
+        // Used = capacity − tokens at `now` (debt included), in tokens; kept, rounded up.
+        let used = from.capacity() - from.tokens_at(state, now);
+        if used <= 0 {
+            return TokenBucketState::default();
+        }
+        let used = sat(super::carry_scaled(
+            used as u128,
+            from.period,
+            self.limit,
+            self.period,
+        ));
+        let tokens = self.capacity() - i128::from(used);
+        TokenBucketState {
+            // Within the fixed-point range the policy's validation guarantees (2^62).
+            tokens: tokens.max(-(1 << 62)) as i64,
+            last: now.max(state.last).max(1),
+        }
+    }
+
     #[inline]
     fn idle_at(&self, state: &Self::State) -> Micros {
         if state.last == 0 {

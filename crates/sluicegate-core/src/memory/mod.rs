@@ -63,6 +63,7 @@ use parking_lot::{Mutex, MutexGuard};
 
 use crate::clock::{Clock, Micros, SystemClock};
 use crate::decision::Decision;
+use crate::overrides::Override;
 use crate::policy::Policy;
 use crate::store::{
     BoxFuture, CheckRequest, KeyedCheck, Lease, Settled, Settlement, Store, StoreError,
@@ -172,10 +173,13 @@ impl<C: Clock> MemoryStore<C> {
         self.shards.iter().map(|s| s.lock().bytes()).sum()
     }
 
-    /// Drops the state of every policy not in `keep` (after a reload). A policy keeps its
-    /// state when its counting is unchanged (same [`CountingKey`](crate::CountingKey):
-    /// name, algorithm, limit, period, burst), whatever its mode, `max_delay`,
-    /// `on_store_error` or `penalty` became.
+    /// Drops the state of every policy not in `keep` (call it with the new policies before
+    /// a reloaded configuration decides). A policy keeps its state when its counting is
+    /// unchanged (same [`CountingKey`](crate::CountingKey): name, algorithm, limit, period,
+    /// burst, calendar), whatever its mode, `max_delay`, `on_store_error` or `penalty`
+    /// became; when only its limit, burst, period or calendar changed, every key keeps what
+    /// it has used ([`Algorithm::rescale`](crate::algorithm::Algorithm::rescale), done shard
+    /// by shard when each is next touched). Only a change of algorithm starts afresh.
     pub fn retain_policies(&self, keep: &[Arc<Policy>]) {
         let dropped = self.registry.retain(keep);
         if dropped.is_empty() {
@@ -188,6 +192,11 @@ impl<C: Clock> MemoryStore<C> {
             }
         }
         self.registry.release(&dropped);
+    }
+
+    /// The clock the store decides with.
+    pub fn clock(&self) -> &C {
+        &self.clock
     }
 
     /// The bound on tracked (policy, key) states.
@@ -225,11 +234,14 @@ impl<C: Clock> MemoryStore<C> {
         let r = self.registry.get_or_add(item.policy);
         let fp = self.hasher.fingerprint(item.key);
         let mut shard = self.shards[self.shard_of(fp)].lock();
-        let target = Target {
+        let mut target = Target {
             r,
             policy: item.policy,
             fp,
+            numbers: None,
         };
+        let numbers = shard.resolve(&target, now);
+        target.numbers = numbers.as_deref();
         let decision = shard.evaluate(target, now, item.cost);
         let mut verdict = Verdict::combine_one(Arc::clone(item.policy), decision);
         verdict.at = now;
@@ -260,8 +272,7 @@ impl<C: Clock> MemoryStore<C> {
         let mut guards: Vec<MutexGuard<'_, StoreShard>> =
             order.iter().map(|&s| self.shards[s].lock()).collect();
         let guard = |shard: usize| order.partition_point(|&s| s < shard);
-
-        let decided: Vec<(Arc<Policy>, Decision, u64)> = items
+        let numbers: Vec<Option<Arc<Policy>>> = items
             .iter()
             .zip(&parts)
             .map(|(item, (r, fp, s))| {
@@ -269,6 +280,22 @@ impl<C: Clock> MemoryStore<C> {
                     r: *r,
                     policy: item.policy,
                     fp: *fp,
+                    numbers: None,
+                };
+                guards[guard(*s)].resolve(&target, now)
+            })
+            .collect();
+
+        let decided: Vec<(Arc<Policy>, Decision, u64)> = items
+            .iter()
+            .zip(&parts)
+            .zip(&numbers)
+            .map(|((item, (r, fp, s)), numbers)| {
+                let target = Target {
+                    r: *r,
+                    policy: item.policy,
+                    fp: *fp,
+                    numbers: numbers.as_deref(),
                 };
                 let d = guards[guard(*s)].evaluate(target, now, item.cost);
                 (Arc::clone(item.policy), d, item.cost)
@@ -277,7 +304,12 @@ impl<C: Clock> MemoryStore<C> {
         let mut verdict = Verdict::combine(decided);
         verdict.at = now;
         let decided = verdict.decisions.iter().map(|d| &d.decision);
-        for (i, ((item, (r, fp, s)), decision)) in items.iter().zip(&parts).zip(decided).enumerate()
+        for (i, (((item, (r, fp, s)), decision), numbers)) in items
+            .iter()
+            .zip(&parts)
+            .zip(decided)
+            .zip(&numbers)
+            .enumerate()
         {
             if verdict.consumes(i) {
                 let protected = |index: usize, f: Fingerprint| {
@@ -289,6 +321,7 @@ impl<C: Clock> MemoryStore<C> {
                     r: *r,
                     policy: item.policy,
                     fp: *fp,
+                    numbers: numbers.as_deref(),
                 };
                 guards[guard(*s)].commit(target, now, item.cost, decision, &protected);
             }
@@ -325,7 +358,15 @@ impl<C: Clock> MemoryStore<C> {
         let mut shard = self.shards[self.shard_of(fp)].lock();
         for policy in policies {
             if let Some(r) = self.registry.get(policy) {
-                shard.refund(Target { r, policy, fp }, now, cost);
+                let mut target = Target {
+                    r,
+                    policy,
+                    fp,
+                    numbers: None,
+                };
+                let numbers = shard.resolve(&target, now);
+                target.numbers = numbers.as_deref();
+                shard.refund(target, now, cost);
             }
         }
     }
@@ -339,12 +380,15 @@ impl<C: Clock> MemoryStore<C> {
                 continue;
             };
             let fp = self.hasher.fingerprint(&lease.key);
-            let target = Target {
+            let mut target = Target {
                 r,
                 policy: &lease.policy,
                 fp,
+                numbers: None,
             };
             let mut shard = self.shards[self.shard_of(fp)].lock();
+            let numbers = shard.resolve(&target, now);
+            target.numbers = numbers.as_deref();
             if shard.release(target, now, lease.expires_at, lease.cost) {
                 freed += 1;
             }
@@ -384,7 +428,15 @@ impl<C: Clock> MemoryStore<C> {
         let mut shard = self.shards[self.shard_of(fp)].lock();
         for (policy, &remaining) in s.policies.iter().zip(s.remaining) {
             let r = self.registry.get_or_add(policy);
-            let target = Target { r, policy, fp };
+            let mut target = Target {
+                r,
+                policy,
+                fp,
+                numbers: None,
+            };
+            // A key with its own limit settles under its own numbers.
+            let numbers = shard.resolve(&target, now);
+            target.numbers = numbers.as_deref();
             let admitted = crate::algorithm::Admitted {
                 at: s.admitted_at,
                 estimate: s.estimate,
@@ -398,10 +450,47 @@ impl<C: Clock> MemoryStore<C> {
     fn reset_now(&self, policy: &Policy, key: &str) {
         if let Some(r) = self.registry.get(policy) {
             let fp = self.hasher.fingerprint(key);
+            let target = Target {
+                r,
+                policy,
+                fp,
+                numbers: None,
+            };
             self.shards[self.shard_of(fp)]
                 .lock()
-                .remove(Target { r, policy, fp });
+                .remove(target, self.clock.now());
         }
+    }
+
+    /// [`Store::set_override`], synchronously: `key`'s own numbers under `policy` from the
+    /// next decision on (`None` removes them); the key keeps what it has used.
+    pub fn set_override_now(
+        &self,
+        policy: &Arc<Policy>,
+        key: &str,
+        value: Option<Override>,
+    ) -> Result<(), StoreError> {
+        crate::store::check_key(key)?;
+        let r = self.registry.get_or_add(policy);
+        let fp = self.hasher.fingerprint(key);
+        let target = Target {
+            r,
+            policy,
+            fp,
+            numbers: None,
+        };
+        self.shards[self.shard_of(fp)]
+            .lock()
+            .set_override(&target, value, self.clock.now());
+        Ok(())
+    }
+
+    /// [`Store::get_override`], synchronously.
+    pub fn get_override_now(&self, policy: &Policy, key: &str) -> Option<Override> {
+        let fp = self.hasher.fingerprint(key);
+        self.shards[self.shard_of(fp)]
+            .lock()
+            .get_override(policy.name(), fp)
     }
 }
 
@@ -448,6 +537,25 @@ impl<C: Clock> Store for MemoryStore<C> {
     ) -> BoxFuture<'a, Result<(), StoreError>> {
         self.reset_now(policy, key);
         Box::pin(std::future::ready(Ok(())))
+    }
+
+    fn set_override<'a>(
+        &'a self,
+        policy: &'a Arc<Policy>,
+        key: &'a str,
+        value: Option<Override>,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(std::future::ready(
+            self.set_override_now(policy, key, value),
+        ))
+    }
+
+    fn get_override<'a>(
+        &'a self,
+        policy: &'a Policy,
+        key: &'a str,
+    ) -> BoxFuture<'a, Result<Option<Override>, StoreError>> {
+        Box::pin(std::future::ready(Ok(self.get_override_now(policy, key))))
     }
 
     fn ping(&self) -> BoxFuture<'_, Result<(), StoreError>> {

@@ -96,5 +96,25 @@ local function fixed_window()
     end
     put_or_forget(key, fmt(window) .. ' ' .. fmt(count), idle_at, now)
   end
+
+  -- Numbers changed (sluicegate-core FixedWindow::rescale): the count of the window still
+  -- running under the old numbers moves to the window holding `now`.
+  function M.rescale(old, q, st, now)
+    if old.period == q.period and old.zone == q.zone then
+      return st
+    end
+    local live
+    if old.zone ~= 0 then
+      live = st[1] > now
+    else
+      live = (st[1] + 1) * old.period > now
+    end
+    if not live or st[2] == 0 then
+      return nil
+    end
+    local window = window_of(q, now)
+    return { window, st[2] }
+  end
+
   return M
 end

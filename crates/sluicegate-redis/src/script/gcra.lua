@@ -82,5 +82,19 @@ local function gcra()
     tat = max(tat, min(max(tat, now) + excess * unit, now + 2 * tolerance))
     put_or_forget(key, fmt(tat), tat, now)
   end
+
+  -- Numbers changed (sluicegate-core Gcra::rescale): how far the TAT is ahead, in
+  -- emission intervals, is kept (rounded up).
+  function M.rescale(old, q, st, now)
+    if old.limit == q.limit then
+      return st
+    end
+    local ahead = ahead_of(st, now)
+    if ahead == 0 then
+      return nil
+    end
+    return { now + scale_up(ahead, q.limit, old.limit) }
+  end
+
   return M
 end

@@ -102,5 +102,18 @@ local function leaky_bucket()
     local excess = min(real - a.estimate, 2 * q.burst)
     store(key, q, st, now, max(level, min(level + excess * p, 2 * cap)))
   end
+
+  -- Numbers changed (sluicegate-core LeakyBucket::rescale): the water is kept (rounded up).
+  function M.rescale(old, q, st, now)
+    if old.period == q.period and old.limit == q.limit then
+      return st
+    end
+    local level = level_at(old, st, now)
+    if level <= 0 then
+      return nil
+    end
+    return { scale_up(level, q.period, old.period), max(now, st[2]) }
+  end
+
   return M
 end

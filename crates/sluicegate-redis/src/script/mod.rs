@@ -95,7 +95,10 @@ pub(crate) fn settle_invocation<'s>(
             .arg(p.limit)
             .arg(p.period)
             .arg(p.burst)
-            .arg(*remaining);
+            .arg(*remaining)
+            .arg(item.policy.limit())
+            .arg(item.policy.period())
+            .arg(crate::keys::zone_tag(&item.policy));
         let bounds = calendar_bounds(&item.policy, host_now);
         inv.arg(bounds.len());
         for b in bounds {
@@ -106,7 +109,7 @@ pub(crate) fn settle_invocation<'s>(
 }
 
 /// Integers the script returns per item of a check.
-const REPLY_WIDTH: usize = 6;
+const REPLY_WIDTH: usize = 7;
 
 /// The compiled entry script (its SHA1 is computed once).
 pub(crate) fn entry_script() -> Script {
@@ -175,7 +178,10 @@ pub(crate) fn invocation<'s>(
             .arg(p.period)
             .arg(p.burst)
             .arg(p.max_delay)
-            .arg(p.penalty);
+            .arg(p.penalty)
+            .arg(item.policy.limit())
+            .arg(item.policy.period())
+            .arg(crate::keys::zone_tag(&item.policy));
         let bounds = calendar_bounds(&item.policy, host_now);
         inv.arg(bounds.len());
         for b in bounds {
@@ -231,7 +237,8 @@ pub(crate) fn verdicts(requests: &[&[Item]], reply: &[i64]) -> Result<Vec<Verdic
         for item in *items {
             let v = chunks.next().ok_or_else(|| bad_reply("too short"))?;
             let num = |x: i64| u64::try_from(x).map_err(|_| bad_reply("negative number"));
-            let limit = item.policy.limit();
+            // The limit that applied: the key's override's, else the policy's.
+            let limit = num(v[6])?;
             let decision = if v[0] == 1 {
                 Decision {
                     delay: num(v[4])?,

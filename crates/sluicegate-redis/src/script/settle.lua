@@ -7,9 +7,9 @@
 -- ARGV[1]  "" (the Redis server's time) or, in test builds, a caller's time in µs
 -- ARGV[2]  expires_at µs: after it the reservation cannot be settled
 -- ARGV[3]  admitted_at µs, ARGV[4] the estimate, ARGV[5] the real cost
--- then     per policy 6 fields: algorithm (1..7), limit, period, burst (as entry.lua
---          receives them), remaining right after admission, the number B of calendar
---          boundaries, then B instants
+-- then     per policy 9 fields: algorithm (1..7), limit, period, burst (as entry.lua
+--          receives them), remaining right after admission, the raw limit and period, the
+--          zone tag, the number B of calendar boundaries, then B instants
 -- Reply: 0 settled, 1 settled before (nothing changed), 2 expired (nothing changed).
 
 local CONSTRUCTORS = { fixed_window, sliding_log, sliding_window, token_bucket, leaky_bucket, gcra, concurrency }
@@ -27,35 +27,58 @@ end
 
 local admitted = { at = tonumber(ARGV[3]), estimate = tonumber(ARGV[4]) }
 local real = tonumber(ARGV[5])
+-- States and overrides in one MGET (a sliding log, a list, reads as nil and loads itself).
+local wanted = {}
+for k = 2, #KEYS do
+  wanted[#wanted + 1] = KEYS[k]
+  wanted[#wanted + 1] = (string.gsub(KEYS[k], ':[^:]*$', ':override'))
+end
+local values = {}
+if #wanted > 0 then
+  values = redis.call('MGET', unpack(wanted))
+end
 local a = 6
 for k = 2, #KEYS do
-  local alg = CONSTRUCTORS[tonumber(ARGV[a])]()
-  local q = {
+  local code = tonumber(ARGV[a])
+  local base = {
+    alg = CONSTRUCTORS[code](),
+    code = code,
+    shadow = false,
     limit = tonumber(ARGV[a + 1]),
     period = tonumber(ARGV[a + 2]),
     burst = tonumber(ARGV[a + 3]),
     max_delay = -1,
     penalty = 0,
-    shadow = false,
+    rlimit = tonumber(ARGV[a + 5]),
+    rperiod = tonumber(ARGV[a + 6]),
+    zone = tonumber(ARGV[a + 7]),
   }
+  base.sig = ARGV[a + 1] .. ',' .. ARGV[a + 2] .. ',' .. ARGV[a + 3] .. ',' .. ARGV[a + 7]
   local item = { at = admitted.at, estimate = admitted.estimate, remaining = tonumber(ARGV[a + 4]) }
-  local nb = tonumber(ARGV[a + 5])
+  local nb = tonumber(ARGV[a + 8])
   if nb > 0 then
     local bounds = {}
     for i = 1, nb do
-      bounds[i] = tonumber(ARGV[a + 5 + i])
+      bounds[i] = tonumber(ARGV[a + 8 + i])
     end
-    q.bounds = bounds
+    base.bounds = bounds
   end
-  a = a + 6 + nb
-  if alg.settle then
+  a = a + 9 + nb
+  -- The key's own numbers, as entry.lua applies them; a state counted under other
+  -- numbers is carried over first.
+  local q = with_override(base, values[2 * (k - 1)] or nil)
+  if q.alg.settle then
     local key = KEYS[k]
-    -- A sliding log is a list (GET would fail on it); its load reads the list itself.
-    local text = nil
-    if redis.call('TYPE', key)['ok'] == 'string' then
-      text = redis.call('GET', key)
+    local body, sig = split_state(values[2 * (k - 1) - 1] or nil)
+    local st = q.alg.load(key, q, now, body)
+    if st and sig and sig ~= q.sig and q.alg.rescale then
+      local old = sig_numbers(sig)
+      if old then
+        st = q.alg.rescale(old, q, st, now)
+      end
     end
-    alg.settle(key, q, alg.load(key, q, now, text), now, item, real)
+    SIG = q.sig
+    q.alg.settle(key, q, st, now, item, real)
   end
 end
 return 0

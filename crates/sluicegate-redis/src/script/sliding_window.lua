@@ -148,5 +148,19 @@ local function sliding_window()
     end
     put_or_forget(key, text(window, previous, current), idle_at(q, window, previous, current), now)
   end
+
+  -- Numbers changed (sluicegate-core SlidingWindow::rescale): both counts, as they stand
+  -- at `now`, move to the windows around `now`.
+  function M.rescale(old, q, st, now)
+    if old.period == q.period then
+      return st
+    end
+    local previous, current = at_window(st, idiv(now, old.period))
+    if previous == 0 and current == 0 then
+      return nil
+    end
+    return { idiv(now, q.period), previous, current }
+  end
+
   return M
 end

@@ -138,5 +138,19 @@ local function token_bucket()
     local excess = min(real - a.estimate, 2 * q.burst)
     store(key, q, st, now, max(tokens - excess * p, min(tokens, -cap)))
   end
+
+  -- Numbers changed (sluicegate-core TokenBucket::rescale): the used amount (capacity
+  -- minus tokens, debt included) is kept (rounded up).
+  function M.rescale(old, q, st, now)
+    if old.period == q.period and old.limit == q.limit and old.burst == q.burst then
+      return st
+    end
+    local used = old.burst * old.period - tokens_at(old, st, now)
+    if used <= 0 then
+      return nil
+    end
+    return { q.burst * q.period - scale_up(used, q.period, old.period), max(now, st[2], 1) }
+  end
+
   return M
 end

@@ -24,6 +24,9 @@ use crate::state::AppState;
         super::settle::release,
         super::limits::get_limit,
         super::limits::delete_limit,
+        super::overrides::put_override,
+        super::overrides::get_override,
+        super::overrides::delete_override,
         super::policies::list_policies,
         super::health::healthz,
         super::health::readyz,
@@ -31,7 +34,7 @@ use crate::state::AppState;
     ),
     components(schemas(
         CheckBody, SettleBody, ReleaseBody, BatchBody, PolicyNames, CheckResponse, PolicyResult, BatchResponse, BatchEntry,
-        PoliciesResponse, PolicyInfo, Health, super::ErrorBody
+        PoliciesResponse, PolicyInfo, Health, super::ErrorBody, super::overrides::OverrideBody
     )),
     modifiers(&AdminToken),
 )]

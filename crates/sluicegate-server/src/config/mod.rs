@@ -30,6 +30,8 @@ pub struct Config {
     pub store: StoreConfig,
     /// `[[policies]]`, in file order; names are unique.
     pub policies: Vec<Arc<Policy>>,
+    /// `[[overrides]]`: per-key limits, each checked against its policy.
+    pub overrides: Vec<ConfigOverride>,
     /// `[[routes]]`, in file order.
     pub routes: Vec<RouteSpec>,
     /// `[[pools]]` (fair throttling), in file order; names are unique.
@@ -38,6 +40,17 @@ pub struct Config {
     pub gateway: Option<GatewayConfig>,
     /// `[envoy]`: the Envoy rate limit service, when configured.
     pub envoy: Option<EnvoyConfig>,
+}
+
+/// One `[[overrides]]` entry: `key`'s own numbers under the policy named `policy`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigOverride {
+    /// The policy's name.
+    pub policy: String,
+    /// The client key.
+    pub key: String,
+    /// The numbers (checked against the policy).
+    pub value: sluicegate_core::Override,
 }
 
 /// `[server]`.

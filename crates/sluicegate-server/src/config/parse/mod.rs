@@ -25,13 +25,21 @@ use super::{
     ServerConfig, StoreConfig,
 };
 
+mod overrides;
 mod policies;
 mod pools;
 mod routes;
 mod sections;
 
 const TOP: &[&str] = &[
-    "server", "store", "policies", "routes", "pools", "gateway", "envoy",
+    "server",
+    "store",
+    "policies",
+    "overrides",
+    "routes",
+    "pools",
+    "gateway",
+    "envoy",
 ];
 const SERVER: &[&str] = &[
     "listen",
@@ -138,6 +146,7 @@ pub(super) fn parse(text: &str, path: &Path) -> Result<Config, Diagnostics> {
     if let Some(store) = &store {
         r.store_can_decide(store, &policies);
     }
+    let overrides = r.overrides(root.get("overrides"), &policies, store.as_ref());
     let pools = r.pools(root.get("pools"));
     let routes = r.routes(root.get("routes"), &policies, &pools, root_span.clone());
     let gateway = r
@@ -158,6 +167,7 @@ pub(super) fn parse(text: &str, path: &Path) -> Result<Config, Diagnostics> {
             server,
             store,
             policies: policies.into_iter().map(|(p, _)| p).collect(),
+            overrides,
             routes,
             pools,
             gateway,
