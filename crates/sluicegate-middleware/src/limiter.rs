@@ -304,6 +304,7 @@ impl RateLimiter {
                 allowed: false,
                 delay: 0,
                 decisions: Vec::new(),
+                at: 0,
             },
             key: self.identity.ip_key(self.identity.mask(addr)),
             route_path: route.map_or_else(|| Arc::from(""), |r| Arc::clone(r.path_arc())),
