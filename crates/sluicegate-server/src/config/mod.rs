@@ -83,7 +83,16 @@ pub struct ServerConfig {
     pub allow: Vec<IpNet>,
     /// Clients (CIDRs) always refused with 403 `forbidden`.
     pub deny: Vec<IpNet>,
+    /// Signs reservations and API leases (HMAC-SHA256). Instances sharing a Redis store
+    /// must share it so that one settles what another reserved; without it each process
+    /// signs with a random key of its own.
+    pub reservation_secret: Option<String>,
+    /// How long a reservation can be settled after its admission.
+    pub reservation_ttl: Duration,
 }
+
+/// Default of `server.reservation_ttl`.
+pub const DEFAULT_RESERVATION_TTL: Duration = Duration::from_secs(600);
 
 /// `server.header_read_timeout`, `idle_timeout`, `max_connections`: what one HTTP
 /// listener allows, so slow or idle clients cannot tie it up.

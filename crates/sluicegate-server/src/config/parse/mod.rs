@@ -57,6 +57,8 @@ const SERVER: &[&str] = &[
     "max_waiting",
     "allow",
     "deny",
+    "reservation_secret",
+    "reservation_ttl",
 ];
 const STORE: &[&str] = &[
     "backend",
