@@ -304,6 +304,7 @@ impl RateLimiter {
                 allowed: false,
                 delay: 0,
                 decisions: Vec::new(),
+                at: 0,
             },
             key: self.identity.ip_key(self.identity.mask(addr)),
             route_path: route.map_or_else(|| Arc::from(""), |r| Arc::clone(r.path_arc())),
@@ -521,8 +522,9 @@ impl RateLimitDecision {
     }
 
     /// Waits for the route's pool slot (after [`wait`](Self::wait)): `Ok(None)` when the
-    /// route has no pool, `Ok(permit)` to hold while the upstream works (drop it when the
-    /// response ends), or the pool's 429 ([`PoolRejected::response`]). Cancel-safe:
+    /// route has no pool, `Ok(permit)` to hold while the upstream works (wrap the response
+    /// body in a [`PermitBody`](crate::PermitBody), which frees it when the body ends, or
+    /// call [`PoolPermit::complete`] after a complete response), or the pool's 429 ([`PoolRejected::response`]). Cancel-safe:
     /// dropping the future leaves the queue at once.
     pub async fn enter_pool(&self) -> Result<Option<PoolPermit>, PoolRejected> {
         match &self.pool {

@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use ipnet::IpNet;
 use sluicegate_core::Policy;
+use sluicegate_envoy::EnvoySection;
 use sluicegate_middleware::{ClientIpHeader, HeaderSet, RouteSpec};
 
 pub use diagnostic::{Diagnostic, Diagnostics};
@@ -39,7 +40,7 @@ pub struct Config {
     /// `[gateway]`: the reverse proxy, when configured.
     pub gateway: Option<GatewayConfig>,
     /// `[envoy]`: the Envoy rate limit service, when configured.
-    pub envoy: Option<EnvoyConfig>,
+    pub envoy: Option<EnvoySection>,
 }
 
 /// One `[[overrides]]` entry: `key`'s own numbers under the policy named `policy`.
@@ -82,7 +83,16 @@ pub struct ServerConfig {
     pub allow: Vec<IpNet>,
     /// Clients (CIDRs) always refused with 403 `forbidden`.
     pub deny: Vec<IpNet>,
+    /// Signs reservations and API leases (HMAC-SHA256). Instances sharing a Redis store
+    /// must share it so that one settles what another reserved; without it each process
+    /// signs with a random key of its own.
+    pub reservation_secret: Option<String>,
+    /// How long a reservation can be settled after its admission.
+    pub reservation_ttl: Duration,
 }
+
+/// Default of `server.reservation_ttl`.
+pub const DEFAULT_RESERVATION_TTL: Duration = Duration::from_secs(600);
 
 /// `server.header_read_timeout`, `idle_timeout`, `max_connections`: what one HTTP
 /// listener allows, so slow or idle clients cannot tie it up.
@@ -228,10 +238,6 @@ pub struct GatewayConfig {
 /// Default of `gateway.upstream_timeout`.
 pub const DEFAULT_UPSTREAM_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// `[envoy]` (listen, config, algorithm, `[[envoy.rules]]`): the Envoy crate's own model,
-/// so its options live in one place. `config` is resolved against the file's directory.
-pub type EnvoyConfig = sluicegate_envoy::EnvoySection;
-
 /// Command-line flags that override the file.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Overrides {
@@ -330,7 +336,7 @@ impl Config {
             });
         }
         if let Some(listen) = overrides.envoy_listen {
-            let envoy = self.envoy.get_or_insert_with(EnvoyConfig::default);
+            let envoy = self.envoy.get_or_insert_with(EnvoySection::default);
             envoy.listen = Some(listen);
         }
         if self.store.backend == Backend::Redis
@@ -446,7 +452,16 @@ pub use parse::parse_upstream;
 
 /// Parses and validates configuration text; `path` only labels the errors.
 pub fn load(text: &str, path: &Path) -> Result<Config, Diagnostics> {
-    parse::parse(text, path)
+    parse::parse(text, path).map(|(config, _)| config)
+}
+
+/// The `[[policies]]` of a configuration file as written (for `sluicegate simulate`, which
+/// lays its flags over them), read and validated by the same reader as `serve` and
+/// `validate`, so a mistake gets the same message, line and column.
+pub fn policy_specs(path: &Path) -> Result<Vec<sluicegate_core::PolicySpec>, Diagnostics> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| Diagnostics::single(path, format!("cannot read {}: {e}", path.display())))?;
+    parse::parse(&text, path).map(|(_, specs)| specs)
 }
 
 #[cfg(test)]
