@@ -175,7 +175,15 @@ pub struct StoreConfig {
     pub max_keys: usize,
     /// Bound on the memory store's limiter state, bytes (sliding logs included).
     pub max_memory: usize,
+    /// Memory store: where its state is written on shutdown and every `snapshot_interval`,
+    /// and read back at start (resolved against the config file's directory).
+    pub snapshot: Option<std::path::PathBuf>,
+    /// How often the snapshot is written.
+    pub snapshot_interval: Duration,
 }
+
+/// Default of `store.snapshot_interval`.
+pub const DEFAULT_SNAPSHOT_INTERVAL: Duration = Duration::from_secs(30);
 
 /// Default of `store.max_memory`: 512 MiB.
 pub const DEFAULT_MAX_MEMORY: usize = 512 * 1024 * 1024;
