@@ -549,6 +549,49 @@ mod tests {
     }
 
     #[test]
+    fn snapshot_is_for_memory_and_relative_to_the_file() {
+        let config = load(
+            "[store]\nsnapshot = \"state.bin\"\nsnapshot_interval = \"5s\"\n",
+            Path::new("/etc/sg/t.toml"),
+        )
+        .unwrap();
+        assert_eq!(config.store.snapshot, Some("/etc/sg/state.bin".into()));
+        assert_eq!(config.store.snapshot_interval, Duration::from_secs(5));
+        let text =
+            "[store]\nbackend = \"redis\"\nurl = \"redis://127.0.0.1/0\"\nsnapshot = \"s\"\n";
+        let diags = load(text, Path::new("t.toml")).unwrap_err();
+        assert_eq!(diags.errors[0].line, 4);
+        assert!(diags.to_string().contains("snapshot is for"), "{diags}");
+    }
+
+    #[test]
+    fn overrides_are_checked_against_their_policy() {
+        let head = "[[policies]]\nname = \"api\"\nalgorithm = \"fixed_window\"\nlimit = 10\nperiod = \"1d\"\n";
+        let ok = format!("{head}[[overrides]]\npolicy = \"api\"\nkey = \"c-1\"\nlimit = 100\n");
+        let config = load(&ok, Path::new("t.toml")).unwrap();
+        assert_eq!(config.overrides[0].value.limit, 100);
+        for (bad, reason) in [
+            (
+                "policy = \"nope\"\nkey = \"k\"\nlimit = 1",
+                "unknown policy",
+            ),
+            (
+                "policy = \"api\"\nkey = \"k\"\nlimit = 0",
+                "limit must be at least 1",
+            ),
+            ("policy = \"api\"\nkey = \"\"\nlimit = 5", "key must be"),
+            (
+                "policy = \"api\"\nkey = \"k\"\nlimit = 5\ncolor = 1",
+                "unknown field",
+            ),
+        ] {
+            let text = format!("{head}[[overrides]]\n{bad}\n");
+            let diags = load(&text, Path::new("t.toml")).unwrap_err();
+            assert!(diags.to_string().contains(reason), "{bad}: {diags}");
+        }
+    }
+
+    #[test]
     fn passwords_are_redacted() {
         assert_eq!(
             redact("redis://:s3cret@host:6379/0"),
