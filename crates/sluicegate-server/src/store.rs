@@ -145,6 +145,12 @@ impl<S: Store> Store for Timed<S> {
     ) -> BoxFuture<'a, Result<(), StoreError>> {
         self.inner.reset(policy, key)
     }
+    fn settle<'a>(
+        &'a self,
+        settlement: sluicegate_core::Settlement<'a>,
+    ) -> BoxFuture<'a, Result<sluicegate_core::Settled, StoreError>> {
+        self.inner.settle(settlement)
+    }
     fn set_override<'a>(
         &'a self,
         policy: &'a Arc<Policy>,

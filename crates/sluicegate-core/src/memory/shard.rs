@@ -5,6 +5,7 @@ use std::collections::HashMap;
 use std::ops::{Deref, DerefMut};
 use std::sync::Arc;
 
+use crate::algorithm::Admitted;
 use crate::clock::Micros;
 use crate::decision::Decision;
 use crate::overrides::Override;
@@ -414,6 +415,28 @@ impl StoreShard {
         if let Some(table) = self.table(&t.r, t.policy, now) {
             table.refund(t.fp, t.numbers, now, cost);
         }
+    }
+
+    /// Settles one policy's part of a reservation (see [`Algorithm::settle`]); a charge on
+    /// an untracked key makes room for it like a commit.
+    ///
+    /// [`Algorithm::settle`]: crate::algorithm::Algorithm::settle
+    pub(crate) fn settle(&mut self, t: Target<'_>, now: Micros, a: Admitted, real: u64) {
+        let full = self.count >= self.cap || self.over_budget();
+        let Some(table) = self.table(&t.r, t.policy, now) else {
+            return;
+        };
+        let tracked = table.contains(t.fp);
+        if !tracked && (real <= a.estimate || (full && !self.make_room(now, &|_, _| false))) {
+            return;
+        }
+        if let Some(table) = self.table(&t.r, t.policy, now)
+            && table.settle(t.fp, t.numbers, now, a, real)
+        {
+            self.count += 1;
+        }
+        // A charge may grow a sliding log.
+        self.shed(t, now, &|_, _| false);
     }
 
     /// Frees one lease of one policy's state of a key (concurrency).

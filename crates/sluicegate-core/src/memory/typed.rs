@@ -1,7 +1,7 @@
 //! [`TypedTable`]: one policy's [`RawTable`] together with its algorithm, behind the
 //! object-safe [`PolicyTable`] so that one store shard can hold every policy's states.
 
-use crate::algorithm::{Algorithm, Quota};
+use crate::algorithm::{Admitted, Algorithm, Quota};
 use crate::clock::Micros;
 use crate::decision::Decision;
 use crate::policy::Policy;
@@ -36,6 +36,17 @@ pub(crate) trait PolicyTable: Send {
     ) -> bool;
     /// Gives back `cost` for `fp`, if tracked.
     fn refund(&mut self, fp: Fingerprint, numbers: Numbers<'_>, now: Micros, cost: u64);
+    /// Settles a request of `fp` admitted at `at` (see [`Algorithm::settle`]), inserting
+    /// `fp` when a charge finds it untracked; returns whether it was inserted. The caller
+    /// has made room for an insertion.
+    fn settle(
+        &mut self,
+        fp: Fingerprint,
+        numbers: Numbers<'_>,
+        now: Micros,
+        admitted: Admitted,
+        real: u64,
+    ) -> bool;
     /// Frees the lease `(expires_at, cost)` of `fp` (concurrency); returns whether it did.
     fn release(
         &mut self,
@@ -174,6 +185,30 @@ where
             });
             self.raw.note_idle_at(idle);
         }
+    }
+
+    fn settle(
+        &mut self,
+        fp: Fingerprint,
+        numbers: Numbers<'_>,
+        now: Micros,
+        admitted: Admitted,
+        real: u64,
+    ) -> bool {
+        let owned;
+        let alg = alg_for!(self, numbers, owned);
+        let (i, inserted) = match self.raw.find(fp) {
+            Some(i) => (i, false),
+            // An untracked key is a full one: nothing to give back, a charge starts it.
+            None if real > admitted.estimate => (self.raw.insert(fp), true),
+            None => return false,
+        };
+        let idle = self.raw.update(i, |state| {
+            alg.settle(state, now, admitted, real);
+            alg.idle_at(state)
+        });
+        self.raw.note_idle_at(idle);
+        inserted
     }
 
     fn release(

@@ -82,7 +82,16 @@ pub struct ServerConfig {
     pub allow: Vec<IpNet>,
     /// Clients (CIDRs) always refused with 403 `forbidden`.
     pub deny: Vec<IpNet>,
+    /// Signs reservations and API leases (HMAC-SHA256). Instances sharing a Redis store
+    /// must share it so that one settles what another reserved; without it each process
+    /// signs with a random key of its own.
+    pub reservation_secret: Option<String>,
+    /// How long a reservation can be settled after its admission.
+    pub reservation_ttl: Duration,
 }
+
+/// Default of `server.reservation_ttl`.
+pub const DEFAULT_RESERVATION_TTL: Duration = Duration::from_secs(600);
 
 /// `server.header_read_timeout`, `idle_timeout`, `max_connections`: what one HTTP
 /// listener allows, so slow or idle clients cannot tie it up.
@@ -453,7 +462,16 @@ pub use parse::parse_upstream;
 
 /// Parses and validates configuration text; `path` only labels the errors.
 pub fn load(text: &str, path: &Path) -> Result<Config, Diagnostics> {
-    parse::parse(text, path)
+    parse::parse(text, path).map(|(config, _)| config)
+}
+
+/// The `[[policies]]` of a configuration file as written (for `sluicegate simulate`, which
+/// lays its flags over them), read and validated by the same reader as `serve` and
+/// `validate`, so a mistake gets the same message, line and column.
+pub fn policy_specs(path: &Path) -> Result<Vec<sluicegate_core::PolicySpec>, Diagnostics> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| Diagnostics::single(path, format!("cannot read {}: {e}", path.display())))?;
+    parse::parse(&text, path).map(|(_, specs)| specs)
 }
 
 #[cfg(test)]

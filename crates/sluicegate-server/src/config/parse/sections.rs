@@ -41,6 +41,8 @@ impl Reader<'_> {
             max_waiting: DEFAULT_MAX_WAITING,
             allow: Vec::new(),
             deny: Vec::new(),
+            reservation_secret: None,
+            reservation_ttl: super::super::DEFAULT_RESERVATION_TTL,
         };
         let Some(t) = table else {
             return Some(server);
@@ -69,6 +71,19 @@ impl Reader<'_> {
         }
         server.admin_token = self.token(t, "admin_token", "disable the admin endpoints");
         server.api_token = self.token(t, "api_token", "leave /v1 and /dashboard open");
+        if let Some(secret) = self.get::<String>(t, "reservation_secret", what) {
+            if secret.get_ref().len() < 16 {
+                self.c.error(
+                    secret.span(),
+                    "reservation_secret must be at least 16 bytes (it signs reservations and leases)",
+                );
+            } else {
+                server.reservation_secret = Some(secret.into_inner());
+            }
+        }
+        if let Some(ttl) = self.duration(t, "reservation_ttl", what) {
+            server.reservation_ttl = ttl;
+        }
         if let Some(sets) = self.get::<Vec<Spanned<String>>>(t, "headers", what) {
             let mut parsed = Vec::new();
             for set in sets.into_inner() {
