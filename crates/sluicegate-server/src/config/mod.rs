@@ -389,7 +389,8 @@ impl Config {
 }
 
 impl StoreConfig {
-    /// `memory (max_keys 1000000)`, `redis redis://… (prefix sluicegate, timeout 50ms)`.
+    /// `memory (max_keys 1000000, max_memory 536870912 bytes)`, `redis redis://… (prefix
+    /// sluicegate, timeout 50ms)`.
     pub fn describe(&self) -> String {
         match self.backend {
             Backend::Memory => format!(
