@@ -28,6 +28,7 @@ pub mod clock;
 pub mod decide;
 pub mod decision;
 pub mod memory;
+pub mod overrides;
 pub mod penalty;
 pub mod policy;
 pub mod render;
@@ -39,7 +40,10 @@ pub use clock::{Clock, ManualClock, Micros, SystemClock};
 pub use decide::{Decided, Decider, Timer};
 pub use decision::Decision;
 pub use memory::MemoryStore;
+pub use overrides::{Override, OverrideSpec};
 pub use policy::{AlgorithmKind, CountingKey, MAX_PERIOD, Mode, OnStoreError, Policy, PolicyError};
 pub use spec::PolicySpec;
-pub use store::{BoxFuture, CheckRequest, KeyedCheck, Lease, Store, StoreError};
+pub use store::{
+    BoxFuture, CheckRequest, KeyedCheck, Lease, Settled, Settlement, Store, StoreError,
+};
 pub use verdict::{NoObserver, Outcome, PolicyDecision, Verdict, VerdictObserver};

@@ -276,8 +276,15 @@ const KEY_T: &KeyRef = KeyRef::constant("t");
 /// assert_eq!(field, r#""auth";q=10;w=60"#);
 /// ```
 pub fn policy_field(policies: &[Arc<Policy>], now: Micros) -> Option<String> {
+    let limits: Vec<(&Policy, u64)> = policies.iter().map(|p| (&**p, p.limit())).collect();
+    policy_field_with(&limits, now)
+}
+
+/// [`policy_field`] with each policy's limit as decided (a key's override may give it
+/// another than the policy's).
+fn policy_field_with(policies: &[(&Policy, u64)], now: Micros) -> Option<String> {
     let mut list = ListSerializer::new();
-    for policy in policies.iter().filter(|p| p.is_enforcing()) {
+    for (policy, limit) in policies.iter().filter(|(p, _)| p.is_enforcing()) {
         let Ok(name) = StringRef::from_str(policy.name()) else {
             continue;
         };
@@ -285,7 +292,7 @@ pub fn policy_field(policies: &[Arc<Policy>], now: Micros) -> Option<String> {
         // leap February.
         let window = ceil_secs(policy.window_at(now)).max(1);
         list.bare_item(name)
-            .parameter(KEY_Q, sf_int(policy.limit()))
+            .parameter(KEY_Q, sf_int(*limit))
             .parameter(KEY_W, sf_int(window));
     }
     // `finish` is `None` for an empty list, which is not a valid field value.
@@ -308,11 +315,16 @@ fn write_ietf(verdict: &Verdict, clock: &dyn Clock, sink: &mut impl HeaderSink) 
         return;
     };
     sink.set(Header::RateLimit, Value::Text(value));
-    if sink.set_cached_policy_field() {
+    // The route's precomputed field holds the policies' own limits: not when a key's
+    // override gave one another.
+    let own_limits = shown(verdict).all(|d| d.decision.limit == d.policy.limit());
+    if own_limits && sink.set_cached_policy_field() {
         return;
     }
-    let shown: Vec<Arc<Policy>> = shown(verdict).map(|d| Arc::clone(&d.policy)).collect();
-    if let Some(policy) = policy_field(&shown, clock.now()) {
+    let shown: Vec<(&Policy, u64)> = shown(verdict)
+        .map(|d| (&*d.policy, d.decision.limit))
+        .collect();
+    if let Some(policy) = policy_field_with(&shown, clock.now()) {
         sink.set(Header::RateLimitPolicy, Value::Text(policy));
     }
 }

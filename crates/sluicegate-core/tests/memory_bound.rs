@@ -129,7 +129,8 @@ fn retain_policies_keeps_unchanged_policies() {
     let both = [Arc::clone(&kept), Arc::clone(&changed)];
     store.check_now(CheckRequest::new(&both, "k", 2)).unwrap();
     assert_eq!(store.len(), 2);
-    // The reload: `kept` is unchanged (an equal, freshly parsed policy), `changed` changed.
+    // The reload: `kept` is unchanged (an equal, freshly parsed policy), `changed` has a new
+    // limit (its keys keep what they used), `gone` a new algorithm (its keys start afresh).
     let kept_again = shared_policy(
         "kept",
         AlgorithmKind::FixedWindow,
@@ -143,9 +144,13 @@ fn retain_policies_keeps_unchanged_policies() {
         Duration::from_secs(60),
     );
     store.retain_policies(&[Arc::clone(&kept_again), Arc::clone(&changed_now)]);
-    assert_eq!(store.len(), 1);
+    assert_eq!(store.len(), 2);
     assert_eq!(remaining(&store, &kept_again, "k"), 3, "kept its state");
-    assert_eq!(remaining(&store, &changed_now, "k"), 6, "starts fresh");
+    assert_eq!(remaining(&store, &changed_now, "k"), 4, "kept its usage");
+    let other_algorithm = shared_policy("changed", AlgorithmKind::Gcra, 6, Duration::from_secs(60));
+    store.retain_policies(&[Arc::clone(&kept_again), Arc::clone(&other_algorithm)]);
+    assert_eq!(store.len(), 1);
+    assert_eq!(remaining(&store, &other_algorithm, "k"), 6, "starts afresh");
     // The old definition is gone too, and its index is reused safely.
     let newer = shared_policy("newer", AlgorithmKind::Gcra, 4, Duration::from_secs(60));
     store

@@ -433,7 +433,7 @@ fn limit_status(
     let status = match deciding {
         Some(d) => DescriptorStatus {
             code,
-            current_limit: Some(current_limit(rule, &d.policy)),
+            current_limit: Some(current_limit(rule, &d.policy, d.decision.limit)),
             limit_remaining: u32::try_from(d.decision.remaining).unwrap_or(u32::MAX),
             duration_until_reset: Some(pb_duration(d.decision.reset_after)),
             ..Default::default()
@@ -447,16 +447,17 @@ fn limit_status(
     (status, Some(outcome))
 }
 
-/// `current_limit` for a policy: its own numbers in the unit equal to its period, or
-/// scaled to the smallest unit at least as long (a YAML limit comes back exactly).
-fn current_limit(rule: &Rule, policy: &Policy) -> RateLimit {
+/// `current_limit` for a policy: its numbers (`limit` as decided: a key's override may
+/// give it another than the policy's) in the unit equal to its period, or scaled to the
+/// smallest unit at least as long (a YAML limit comes back exactly).
+fn current_limit(rule: &Rule, policy: &Policy, limit: u64) -> RateLimit {
     let period = policy.period();
     let unit = Unit::ALL
         .into_iter()
         .find(|u| u.seconds() * 1_000_000 >= period)
         .unwrap_or(Unit::Year);
     let unit_micros = u128::from(unit.seconds()) * 1_000_000;
-    let per_unit = u128::from(policy.limit()) * unit_micros / u128::from(period.max(1));
+    let per_unit = u128::from(limit) * unit_micros / u128::from(period.max(1));
     RateLimit {
         name: rule
             .name

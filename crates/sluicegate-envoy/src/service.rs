@@ -247,6 +247,7 @@ impl RateLimitService {
                 allowed,
                 delay: 0,
                 decisions,
+                at: 0,
             };
             self.decider.observe(&slot.key, &verdict);
             for d in verdict.decisions {
@@ -259,6 +260,7 @@ impl RateLimitService {
             allowed,
             delay: 0,
             decisions: all,
+            at: 0,
         }
     }
 

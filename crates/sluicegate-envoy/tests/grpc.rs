@@ -435,3 +435,67 @@ async fn negative_hits_give_back_what_was_taken() {
         "4 taken, 3 given back, 1 taken"
     );
 }
+
+/// Per-key overrides (issue 14) hold on the Envoy path too: the key's own limit is what the
+/// service enforces and reports in `current_limit` and the headers, with its usage kept.
+#[tokio::test]
+async fn a_key_override_is_enforced_and_reported() {
+    let store = Arc::new(MemoryStore::new(10_000));
+    // A day's window, so the test never straddles one.
+    let yaml = "domain: shop\ndescriptors:\n  - key: remote_address\n    rate_limit: {unit: day, requests_per_unit: 5}\n";
+    let config = EnvoyConfig::from_yaml_str(yaml, None).unwrap();
+    let policy = config
+        .policies()
+        .iter()
+        .find(|p| p.limit() == 5)
+        .cloned()
+        .unwrap();
+    let mut client = start(Arc::clone(&store) as Arc<dyn Store>, config).await;
+    let one = || request(vec![descriptor(&[("remote_address", "10.0.0.9")])]);
+    for _ in 0..4 {
+        assert_eq!(ask(&mut client, one()).await.overall_code, OK);
+    }
+    let key = sluicegate_envoy::key::descriptor_key("shop", &[("remote_address", "10.0.0.9")]);
+    let raised = sluicegate_core::Override {
+        limit: 8,
+        burst: None,
+        period: None,
+    };
+    store
+        .set_override(&policy, &key, Some(raised))
+        .await
+        .unwrap();
+    let r = ask(&mut client, one()).await;
+    assert_eq!(r.overall_code, OK);
+    assert_eq!(
+        r.statuses[0].limit_remaining, 3,
+        "4 used of 8, then this one"
+    );
+    assert_eq!(
+        r.statuses[0]
+            .current_limit
+            .as_ref()
+            .unwrap()
+            .requests_per_unit,
+        8
+    );
+    assert_eq!(header(&r, "ratelimit-limit"), Some("8"));
+    for _ in 0..3 {
+        assert_eq!(ask(&mut client, one()).await.overall_code, OK);
+    }
+    assert_eq!(ask(&mut client, one()).await.overall_code, OVER);
+    // Another address keeps the rule's own 5.
+    let other = ask(
+        &mut client,
+        request(vec![descriptor(&[("remote_address", "10.0.0.8")])]),
+    )
+    .await;
+    assert_eq!(
+        other.statuses[0]
+            .current_limit
+            .as_ref()
+            .unwrap()
+            .requests_per_unit,
+        5
+    );
+}

@@ -7,9 +7,12 @@
 //!   non-ASCII byte become `%XX`. The escaped text contains no brace, so a hostile key cannot
 //!   end the hash tag early or start another; the escaping is injective, so two client keys
 //!   never share a Redis key. Ordinary keys (IPv4 addresses, API keys) stay readable.
-//! - The tag names the algorithm and fingerprints its numbers (limit, period, burst), so a
-//!   policy edited on reload starts from fresh state instead of misreading the old one,
-//!   exactly like the in-memory store.
+//! - The tag names the algorithm only: a policy whose limit, burst, period or calendar is
+//!   edited (or a key given an override) keeps its state, which records the numbers it was
+//!   counted under and is carried over to the new ones by the script, keeping what the key
+//!   has used, like the in-memory store; a changed algorithm reads another key and starts
+//!   afresh.
+//! - A key's override under a policy lives in `<…>:<policy>:override`, beside its states.
 
 use sluicegate_core::{AlgorithmKind, Policy};
 
@@ -41,24 +44,33 @@ fn algorithm_tag(kind: AlgorithmKind) -> &'static str {
     }
 }
 
-/// FNV-1a over the numbers that give the state its meaning. Stable across builds and
-/// processes (unlike `std`'s hasher), so every gateway computes the same key.
-fn fingerprint(policy: &Policy) -> u32 {
+/// A calendar policy's time zone as a number the script compares (FNV-1a of its name; 0
+/// without a calendar): a state counted in another zone's windows is carried over.
+pub(crate) fn zone_tag(policy: &Policy) -> u32 {
+    let Some(calendar) = policy.calendar() else {
+        return 0;
+    };
     let mut hash: u32 = 0x811c_9dc5;
-    let numbers = [policy.limit(), policy.period(), policy.burst()];
-    let zone = policy
-        .calendar()
-        .map(|c| c.zone().as_bytes())
-        .unwrap_or_default();
-    for byte in numbers
-        .iter()
-        .flat_map(|n| n.to_le_bytes())
-        .chain(zone.iter().copied())
-    {
+    for byte in calendar.zone().bytes() {
         hash ^= u32::from(byte);
         hash = hash.wrapping_mul(0x0100_0193);
     }
-    hash
+    hash.max(1)
+}
+
+/// The Redis key holding `client_key`'s override under `policy` (the script derives it
+/// from the state key: the algorithm tag replaced by `override`).
+///
+/// ```
+/// # use std::time::Duration;
+/// # use sluicegate_core::{AlgorithmKind, Policy};
+/// let policy = Policy::builder("api", AlgorithmKind::FixedWindow, 10, Duration::from_secs(60)).build().unwrap();
+/// assert_eq!(sluicegate_redis::override_key("sg", "c-42", &policy), "sg:{c-42}:api:override");
+/// ```
+pub fn override_key(prefix: &str, client_key: &str, policy: &Policy) -> String {
+    let state = state_key(prefix, client_key, policy);
+    let cut = state.rfind(':').unwrap_or(state.len());
+    format!("{}:override", &state[..cut])
 }
 
 /// The Redis key holding `policy`'s state for `client_key`.
@@ -70,7 +82,7 @@ fn fingerprint(policy: &Policy) -> u32 {
 ///     .build()
 ///     .unwrap();
 /// let key = sluicegate_redis::state_key("sluicegate", "2001:db8::1", &policy);
-/// assert!(key.starts_with("sluicegate:{2001%3Adb8%3A%3A1}:auth:tb-"));
+/// assert_eq!(key, "sluicegate:{2001%3Adb8%3A%3A1}:auth:tb");
 /// ```
 pub fn state_key(prefix: &str, client_key: &str, policy: &Policy) -> String {
     placed_state_key(prefix, None, client_key, policy)
@@ -87,7 +99,7 @@ pub fn state_key(prefix: &str, client_key: &str, policy: &Policy) -> String {
 /// # use sluicegate_core::{AlgorithmKind, Policy};
 /// let policy = Policy::builder("p", AlgorithmKind::FixedWindow, 10, Duration::from_secs(60)).build().unwrap();
 /// let key = sluicegate_redis::placed_state_key("sg", Some("api"), "api/ip=1", &policy);
-/// assert!(key.starts_with("sg:{api}api/ip=1:p:fw-"));
+/// assert_eq!(key, "sg:{api}api/ip=1:p:fw");
 /// ```
 ///
 /// [`KeyedCheck::placement`]: sluicegate_core::KeyedCheck::placement
@@ -115,8 +127,19 @@ pub fn placed_state_key(
     key.push_str(policy.name());
     key.push(':');
     key.push_str(algorithm_tag(policy.algorithm()));
-    key.push('-');
-    key.push_str(&format!("{:08x}", fingerprint(policy)));
+    key
+}
+
+/// The one-time marker of a settled reservation `id` of `client_key`: in the client key's
+/// hash slot, so the settle script touches one slot. `}!` never follows the tag in a state
+/// key (which has `}:`), so a marker is never a state.
+pub(crate) fn settle_marker_key(prefix: &str, client_key: &str, id: &str) -> String {
+    let mut key = String::with_capacity(prefix.len() + client_key.len() + id.len() + 16);
+    key.push_str(prefix);
+    key.push_str(":{");
+    escape_into(&mut key, client_key);
+    key.push_str("}!settled:");
+    escape_into(&mut key, id);
     key
 }
 
@@ -182,14 +205,17 @@ mod tests {
     }
 
     #[test]
-    fn a_changed_policy_gets_another_key() {
-        assert_ne!(
+    fn new_numbers_keep_the_key_a_new_algorithm_does_not() {
+        assert_eq!(
             state_key("sg", "k", &policy(5)),
             state_key("sg", "k", &policy(6))
         );
-        assert_eq!(
+        let other = Policy::builder("p", AlgorithmKind::TokenBucket, 5, Duration::from_secs(1))
+            .build()
+            .unwrap();
+        assert_ne!(
             state_key("sg", "k", &policy(5)),
-            state_key("sg", "k", &policy(5))
+            state_key("sg", "k", &other)
         );
     }
 }

@@ -1,8 +1,8 @@
 //! The Redis scripts against the core algorithms: the same random sequences of requests,
 //! at the same (test-driven) times, must get identical verdicts from the Redis store and
 //! the in-memory store, for every algorithm and mode, single and multi-policy, including
-//! refunds, resets, zero-cost reads and numbers large enough to need the exact
-//! multiply-divide path.
+//! refunds, settles of reservations (reserve then settle), resets, zero-cost reads and
+//! numbers large enough to need the exact multiply-divide path.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -10,7 +10,8 @@ use std::time::Duration;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use sluicegate_core::{
-    AlgorithmKind, CheckRequest, KeyedCheck, ManualClock, MemoryStore, Mode, Policy, Store,
+    AlgorithmKind, CheckRequest, KeyedCheck, ManualClock, MemoryStore, Mode, Override, Policy,
+    Settled, Settlement, Store, Verdict,
 };
 use sluicegate_redis::RedisStore;
 use sluicegate_testkit::{RedisServer, redis};
@@ -89,6 +90,7 @@ async fn run(redis: &RedisStore, seed: u64, policies: Vec<Arc<Policy>>, steps: u
     let keys = [format!("client-{seed}"), format!("other-{seed}")];
     let capacity = policies.iter().map(|p| p.capacity()).min().unwrap();
     let shortest = policies.iter().map(|p| p.period()).min().unwrap();
+    let mut reserved: Vec<Reserved> = Vec::new();
     for step in 0..steps {
         clock.advance(Duration::from_micros(time_step(&mut rng, shortest)));
         let now = clock_now(&clock);
@@ -113,13 +115,89 @@ async fn run(redis: &RedisStore, seed: u64, policies: Vec<Arc<Policy>>, steps: u
                 memory.refund(chosen, key, cost).await.unwrap();
                 redis.refund_at(chosen, key, cost, now).await.unwrap();
             }
+            3..=6 if !reserved.is_empty() => {
+                let r = reserved.swap_remove(rng.random_range(0..reserved.len()));
+                let real = match rng.random_range(0..4) {
+                    0 => 0,
+                    1 => r.estimate + rng.random_range(0..=capacity * 3),
+                    _ => rng.random_range(0..=capacity),
+                };
+                let id = format!("{seed}-{step}");
+                let settlement = Settlement {
+                    policies: &r.policies,
+                    remaining: &r.remaining,
+                    key: &r.key,
+                    estimate: r.estimate,
+                    real,
+                    admitted_at: r.at,
+                    expires_at: now + 1_000_000_000,
+                    id: &id,
+                };
+                let context = format!("{context} settle {r:?} real {real}");
+                assert_eq!(
+                    memory.settle(settlement).await,
+                    Ok(Settled::Done),
+                    "{context}"
+                );
+                assert_eq!(
+                    redis.settle_at(settlement, now).await,
+                    Ok(Settled::Done),
+                    "{context}"
+                );
+                // Settled once: a replay changes nothing, in both stores.
+                assert_eq!(
+                    memory.settle(settlement).await,
+                    Ok(Settled::Replayed),
+                    "{context}"
+                );
+                assert_eq!(
+                    redis.settle_at(settlement, now).await,
+                    Ok(Settled::Replayed),
+                    "{context}"
+                );
+            }
             _ => {
                 let request = CheckRequest::new(chosen, key, cost);
                 let expected = memory.check(request).await.unwrap();
                 let got = redis.check_at(request, now).await.unwrap();
                 assert_eq!(got, expected, "{context}");
+                if let Some(r) = Reserved::of(&expected, key, cost) {
+                    reserved.push(r);
+                }
             }
         }
+    }
+}
+
+/// An admitted decision to settle later: what a reservation carries.
+#[derive(Debug)]
+struct Reserved {
+    policies: Vec<Arc<Policy>>,
+    remaining: Vec<u64>,
+    key: String,
+    estimate: u64,
+    at: u64,
+}
+
+impl Reserved {
+    /// The policies `verdict` consumed from (concurrency aside), if any.
+    fn of(verdict: &Verdict, key: &str, cost: u64) -> Option<Reserved> {
+        let (policies, remaining): (Vec<_>, Vec<_>) = verdict
+            .decisions
+            .iter()
+            .enumerate()
+            .filter(|(i, d)| {
+                verdict.consumes(*i) && d.policy.algorithm() != AlgorithmKind::Concurrency
+            })
+            .map(|(_, d)| (Arc::clone(&d.policy), d.decision.remaining))
+            .unzip();
+        (cost > 0 && !policies.is_empty()).then(|| Reserved {
+            policies,
+            remaining,
+            key: key.to_owned(),
+            estimate: cost,
+            at: verdict.at,
+        })
     }
 }
 
@@ -203,6 +281,91 @@ async fn keyed_checks_and_batches_decide_like_the_core() {
                 Ok(expected) => assert_eq!(got[i].as_ref().unwrap(), &expected, "batch {step}/{i}"),
                 Err(e) => assert_eq!(got[i].as_ref().unwrap_err(), &e),
             }
+        }
+    }
+}
+
+/// `steps` random requests of one key under `policy`, decided by both stores.
+async fn steps(
+    memory: &MemoryStore<ManualClock>,
+    redis: &RedisStore,
+    rng: &mut StdRng,
+    policy: &Arc<Policy>,
+    key: &str,
+    steps: usize,
+    context: &str,
+) {
+    let policies = [Arc::clone(policy)];
+    for step in 0..steps {
+        memory
+            .clock()
+            .advance(Duration::from_micros(time_step(rng, policy.period())));
+        let now = clock_now(memory.clock());
+        let cost = match rng.random_range(0..6) {
+            0 => 0,
+            1 => rng.random_range(0..=policy.capacity()),
+            _ => 1.min(policy.capacity()),
+        };
+        let request = CheckRequest::new(&policies, key, cost);
+        let expected = memory.check(request).await.unwrap();
+        let got = redis.check_at(request, now).await.unwrap();
+        assert_eq!(got, expected, "{context} step {step} cost {cost} now {now}");
+    }
+}
+
+/// A policy's numbers changed midway (a reload), and a key given its own numbers (an
+/// override, set and later removed): both stores carry the key's state over alike, so a
+/// change of limit keeps what the key has used the same way on memory and on Redis.
+#[tokio::test]
+async fn changed_numbers_carry_over_like_the_core() {
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    let redis = redis::store(&server.url(), "diff-carry").await;
+    for (k, kind) in AlgorithmKind::ALL.into_iter().enumerate() {
+        for s in 0..30u64 {
+            let seed = 50_000 + (k as u64) * 100 + s;
+            let mut rng = StdRng::seed_from_u64(seed);
+            let first = random_policy(&mut rng, "p", kind);
+            let mut second = random_policy(&mut rng, "p", kind);
+            // A sliding log re-reads the entries each store still holds under a new period;
+            // the stores drop expired entries at different moments (memory when it next
+            // consumes, Redis when it next loads), which only a longer period could see.
+            while kind == AlgorithmKind::SlidingLog && second.period() != first.period() {
+                second = random_policy(&mut rng, "p", kind);
+            }
+            let clock = ManualClock::new(START + rng.random_range(0..86_400_000_000));
+            let memory = MemoryStore::with_clock(1_000, clock);
+            let key = format!("carry-{seed}");
+            let context = format!("seed {seed}: {first:?} then {second:?}");
+            steps(&memory, &redis, &mut rng, &first, &key, 30, &context).await;
+            if rng.random_bool(0.5) {
+                // A reload: the same policy with new numbers.
+                memory.retain_policies(std::slice::from_ref(&second));
+                steps(&memory, &redis, &mut rng, &second, &key, 30, &context).await;
+                continue;
+            }
+            let value = Override {
+                limit: second.limit(),
+                burst: kind.uses_burst().then_some(second.burst()),
+                period: first.calendar().is_none().then_some(second.period()),
+            };
+            let fits = first
+                .with_override(&value)
+                .is_ok_and(|p| sluicegate_redis::check_policy(&p).is_ok());
+            if !fits {
+                continue;
+            }
+            memory
+                .set_override(&first, &key, Some(value))
+                .await
+                .unwrap();
+            redis.set_override(&first, &key, Some(value)).await.unwrap();
+            assert_eq!(redis.get_override(&first, &key).await.unwrap(), Some(value));
+            steps(&memory, &redis, &mut rng, &first, &key, 30, &context).await;
+            memory.set_override(&first, &key, None).await.unwrap();
+            redis.set_override(&first, &key, None).await.unwrap();
+            steps(&memory, &redis, &mut rng, &first, &key, 30, &context).await;
         }
     }
 }

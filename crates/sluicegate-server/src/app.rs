@@ -17,9 +17,17 @@ use crate::state::AppState;
 pub fn router(state: AppState) -> Router {
     Router::new()
         .route("/v1/check", post(api::check::check))
+        .route("/v1/settle", post(api::settle::settle))
+        .route("/v1/release", post(api::settle::release))
         .route(
             "/v1/limits/{policy}/{key}",
             get(api::limits::get_limit).delete(api::limits::delete_limit),
+        )
+        .route(
+            "/v1/overrides/{policy}/{key}",
+            get(api::overrides::get_override)
+                .put(api::overrides::put_override)
+                .delete(api::overrides::delete_override),
         )
         .route("/v1/policies", get(api::policies::list_policies))
         // nginx, Caddy and Traefik send the auth call as GET (the client's method travels in

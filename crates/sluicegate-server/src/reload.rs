@@ -120,6 +120,7 @@ pub fn reload(path: &Path, text: &str, overrides: &Overrides, state: &AppState) 
     }
     let running = state.runtime();
     keep_restart_only(&running.config, &mut config);
+    log_counting_changes(&running.config, &config);
     let policies = config.policies.len();
     let routes = config.routes.len();
     if let Err(e) = state.apply(config) {
@@ -128,6 +129,31 @@ pub fn reload(path: &Path, text: &str, overrides: &Overrides, state: &AppState) 
     }
     tracing::info!(path = %path.display(), policies, routes, "configuration reloaded");
     true
+}
+
+/// Says what a reload does to each edited policy's state: new numbers keep what every key
+/// has used; a new algorithm starts every key afresh (a warning, naming the policy).
+fn log_counting_changes(running: &Config, new: &Config) {
+    for old in &running.policies {
+        let Some(now) = new.policy(old.name()) else {
+            continue;
+        };
+        if now.algorithm() != old.algorithm() {
+            tracing::warn!(
+                policy = old.name(),
+                "policy {:?}: algorithm changed from {} to {}; every key of it starts afresh",
+                old.name(),
+                old.algorithm(),
+                now.algorithm()
+            );
+        } else if now.counting_key() != old.counting_key() {
+            tracing::info!(
+                policy = old.name(),
+                "policy {:?}: limit, burst, period or calendar changed; every key keeps what it has used",
+                old.name()
+            );
+        }
+    }
 }
 
 /// Listeners and the store cannot change without a restart: keep the running ones, say so.

@@ -127,6 +127,10 @@ pub struct AppState {
     pub wait_queue: Arc<WaitQueue>,
     /// Pools by name, kept across reloads.
     pub pools: PoolRegistry,
+    /// Signs tokens when no `server.reservation_secret` is set: a random key of this process.
+    random_signer: Arc<crate::api::token::Signer>,
+    /// The (policy, key) pairs the config's `[[overrides]]` last wrote to the store.
+    config_overrides: Arc<Mutex<Vec<(String, String)>>>,
 }
 
 impl AppState {
@@ -151,6 +155,8 @@ impl AppState {
             envoy: sluicegate_envoy::SharedConfig::default(),
             pools,
             envoy_print: Arc::default(),
+            random_signer: Arc::new(crate::api::token::Signer::random()),
+            config_overrides: Arc::default(),
         };
         state
             .reload_envoy()
@@ -158,22 +164,82 @@ impl AppState {
         Ok(state)
     }
 
+    /// What signs and verifies reservations and leases under `runtime`'s configuration:
+    /// `server.reservation_secret`, else this process's random key.
+    pub fn signer(&self, runtime: &Runtime) -> Arc<crate::api::token::Signer> {
+        match &runtime.config.server.reservation_secret {
+            Some(secret) => Arc::new(crate::api::token::Signer::new(secret.as_bytes())),
+            None => Arc::clone(&self.random_signer),
+        }
+    }
+
     /// The current configuration snapshot.
     pub fn runtime(&self) -> Arc<Runtime> {
         self.runtime.load_full()
     }
 
-    /// Installs a new configuration. Unchanged policies keep their state (the memory store
-    /// keys its tables by the policy's full definition); removed or changed ones are dropped.
+    /// Installs a new configuration. Policies keep their state: unchanged ones as they
+    /// are, ones whose limit, burst, period or calendar changed with what each key has used
+    /// carried over; removed ones, and ones whose algorithm changed, are dropped. The
+    /// config's `[[overrides]]` are written to the store in the background.
     pub fn apply(&self, config: Config) -> Result<(), String> {
         let runtime = Runtime::new(config, self.decider.clone(), &self.wait_queue, &self.pools)?;
+        // Before the new policies decide anything, so their first request already finds
+        // the carried-over state rather than starting a table of its own.
+        let mut keep = runtime.config.policies.clone();
+        keep.extend(self.envoy.policies());
+        self.retain(&keep);
         self.runtime.store(Arc::new(runtime));
         // The TOML was validated with its [envoy] files; a file edited since is caught here.
         if let Err(errors) = self.reload_envoy() {
             log_envoy_errors(&errors);
         }
         self.prune();
+        if let Ok(handle) = tokio::runtime::Handle::try_current() {
+            let state = self.clone();
+            handle.spawn(async move { state.sync_overrides().await });
+        }
         Ok(())
+    }
+
+    /// Writes the running config's `[[overrides]]` to the store, and removes those an
+    /// earlier config set that this one no longer has (overrides set through the API stay
+    /// unless the config names the same key). Failures are logged: the store may be down.
+    pub async fn sync_overrides(&self) {
+        let runtime = self.runtime();
+        let wanted: Vec<(String, String)> = runtime
+            .config
+            .overrides
+            .iter()
+            .map(|o| (o.policy.clone(), o.key.clone()))
+            .collect();
+        let gone: Vec<(String, String)> = {
+            let mut applied = self
+                .config_overrides
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            let gone = applied
+                .iter()
+                .filter(|k| !wanted.contains(k))
+                .cloned()
+                .collect();
+            *applied = wanted;
+            gone
+        };
+        let set = runtime
+            .config
+            .overrides
+            .iter()
+            .map(|o| (o.policy.as_str(), o.key.as_str(), Some(o.value)));
+        let removed = gone.iter().map(|(p, k)| (p.as_str(), k.as_str(), None));
+        for (name, key, value) in set.chain(removed) {
+            let Some(policy) = runtime.policy(name) else {
+                continue;
+            };
+            if let Err(e) = self.store.set_override(policy, key, value).await {
+                tracing::error!(policy = name, error = %e, "[[overrides]]: could not write an override to the store");
+            }
+        }
     }
 
     /// Recompiles the `[envoy]` rules when what they are made of (the running `[envoy]`
@@ -194,6 +260,10 @@ impl AppState {
         *last = Some(print);
         let compiled = sluicegate_envoy::EnvoyConfig::load(&section, policies, base)
             .map_err(|errors| errors.to_string())?;
+        // As for a TOML reload: the rules' policies keep (or carry over) their state.
+        let mut keep = policies.clone();
+        keep.extend(compiled.policies().iter().cloned());
+        self.retain(&keep);
         self.envoy.replace(compiled);
         drop(last);
         self.prune();
@@ -203,10 +273,19 @@ impl AppState {
     /// Drops the memory store's state of policies no longer configured, keeping those
     /// the Envoy rules made from YAML limits.
     pub fn prune(&self) {
+        let mut keep = self.runtime().config.policies.clone();
+        keep.extend(self.envoy.policies());
+        self.retain(&keep);
+    }
+
+    /// The in-memory store, when that is the store.
+    pub fn memory(&self) -> Option<Arc<MemoryStore>> {
+        self.memory.clone()
+    }
+
+    fn retain(&self, keep: &[Arc<Policy>]) {
         if let Some(memory) = &self.memory {
-            let mut keep = self.runtime().config.policies.clone();
-            keep.extend(self.envoy.policies());
-            memory.retain_policies(&keep);
+            memory.retain_policies(keep);
         }
     }
 }

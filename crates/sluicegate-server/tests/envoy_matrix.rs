@@ -8,7 +8,9 @@
 //! shadow`; `quota_mode`; Envoy's per-descriptor `limit` override (route `limit` action from
 //! dynamic metadata) with its own counter; `metadata` coming back as the ratelimit filter's
 //! dynamic metadata (read by Envoy into a response header); all-or-nothing (a denial consumes
-//! nothing), on the Cluster with descriptors whose own keys sit in different slots.
+//! nothing), on the Cluster with descriptors whose own keys sit in different slots;
+//! `detailed_metric` and `value_to_metric` labels; `[envoy] merge_domains` (two files of one
+//! domain) and `[envoy] quota`.
 //!
 //! Also every `server.headers` setting through Envoy: the exact headers a client sees on an
 //! admitted and a refused request.
@@ -214,6 +216,30 @@ descriptors:
     rate_limit: {unit: day, requests_per_unit: 2}
   - key: aon_b
     rate_limit: {unit: day, requests_per_unit: 100}
+  - key: dm
+    detailed_metric: true
+    rate_limit: {unit: day, requests_per_unit: 10}
+  - key: vm
+    value_to_metric: true
+    descriptors:
+      - key: sub
+        rate_limit: {unit: day, requests_per_unit: 10}
+";
+
+/// A second file of domain `m`, merged into it by `[envoy] merge_domains = true`.
+const MERGED_YAML: &str = "domain: m
+descriptors:
+  - key: merged
+    rate_limit: {unit: day, requests_per_unit: 1}
+";
+
+/// The instance running with `[envoy] quota = true` (every rule in quota_mode).
+const QUOTA_YAML: &str = "domain: gq
+descriptors:
+  - key: qa
+    rate_limit: {unit: day, requests_per_unit: 1}
+  - key: qb
+    rate_limit: {unit: day, requests_per_unit: 2}
 ";
 
 /// The instance running with `[envoy] shadow = true` (upstream's SHADOW_MODE).
@@ -249,6 +275,12 @@ fn matrix_routes() -> Vec<Route> {
         ),
         route("/ov-plain", &[one("x-v", "ov")]),
         route("/aon", &[one("x-a", "aon_a"), one("x-b", "aon_b")]),
+        route("/dm", &[one("x-v", "dm")]),
+        route(
+            "/vm",
+            &[descriptor(&[header("x-v", "vm"), header("x-w", "sub")])],
+        ),
+        route("/merged", &[one("x-v", "merged")]),
     ];
     // Envoy's `limit` override: read from the dynamic metadata the set_metadata filter wrote.
     routes.push(Route {
@@ -300,18 +332,28 @@ impl Store {
     }
 }
 
-/// A `sluicegate serve` with `[envoy]` serving `yaml`, on `store`, with `extra` lines in
+/// A `sluicegate serve` with `[envoy]` serving the `yaml` files, on `store`, with `extra` lines in
 /// `[envoy]` and `server` lines in `[server]`.
 fn start_sluicegate(
     dir: &std::path::Path,
     name: &str,
     store: &str,
-    yaml: &str,
+    yaml: &[&str],
     envoy_extra: &str,
     server: &str,
 ) -> Sluicegate {
-    let yaml_file = format!("{name}.yaml");
-    write(dir, &yaml_file, yaml);
+    // One file, or a directory of them (files of one domain merge with merge_domains).
+    let yaml_file = if let [one] = yaml {
+        write(dir, &format!("{name}.yaml"), one);
+        format!("{name}.yaml")
+    } else {
+        let folder = dir.join(format!("{name}.d"));
+        std::fs::create_dir_all(&folder).unwrap();
+        for (i, text) in yaml.iter().enumerate() {
+            write(&folder, &format!("{i}.yaml"), text);
+        }
+        format!("{name}.d")
+    };
     let toml = write(
         dir,
         &format!("{name}.toml"),
@@ -337,9 +379,11 @@ struct Stack {
     store: Store,
     main: Sluicegate,
     shadow: Sluicegate,
+    quota: Sluicegate,
     envoy: Envoy,
     matrix_port: u16,
     shadow_port: u16,
+    quota_port: u16,
     client: reqwest::Client,
 }
 
@@ -350,13 +394,15 @@ impl Stack {
             dir,
             "main",
             &toml,
-            MATRIX_YAML,
-            "dynamic_metadata = true",
+            &[MATRIX_YAML, MERGED_YAML],
+            "dynamic_metadata = true\nmerge_domains = true",
             "",
         );
-        let shadow = start_sluicegate(dir, "shadow", &toml, SHADOW_YAML, "shadow = true", "");
+        let shadow = start_sluicegate(dir, "shadow", &toml, &[SHADOW_YAML], "shadow = true", "");
+        let quota = start_sluicegate(dir, "quota", &toml, &[QUOTA_YAML], "quota = true", "");
         let upstream = start_upstream().await;
-        let (admin, matrix_port, shadow_port) = (free_port(), free_port(), free_port());
+        let (admin, matrix_port) = (free_port(), free_port());
+        let (shadow_port, quota_port) = (free_port(), free_port());
         let listeners = [
             Listener {
                 port: matrix_port,
@@ -370,6 +416,18 @@ impl Stack {
                 service: shadow.envoy.unwrap(),
                 routes: vec![route("/plain", &[descriptor(&[header("x-v", "plain")])])],
             },
+            Listener {
+                port: quota_port,
+                domain: "gq",
+                service: quota.envoy.unwrap(),
+                routes: vec![route(
+                    "/quota",
+                    &[
+                        descriptor(&[header("x-a", "qa")]),
+                        descriptor(&[header("x-b", "qb")]),
+                    ],
+                )],
+            },
         ];
         let envoy = Envoy::start(
             envoy_bin,
@@ -381,9 +439,11 @@ impl Stack {
             store,
             main,
             shadow,
+            quota,
             envoy,
             matrix_port,
             shadow_port,
+            quota_port,
             client: reqwest::Client::new(),
         }
     }
@@ -705,6 +765,51 @@ fn one_slot_on_the_cluster(cluster: &RedisCluster) {
     );
 }
 
+async fn metric_labels(s: &Stack) {
+    let hits = |label: &'static str| async move {
+        let descriptor = format!("descriptor=\"{label}\"");
+        metric(
+            &s.main,
+            "sluicegate_envoy_hits_total",
+            &["domain=\"m\"", &descriptor],
+        )
+        .await
+    };
+    // detailed_metric: the request's value in the label; value_to_metric: at its level.
+    assert_eq!(s.get("/dm", &[("x-v", "k-1")]).await.status, 200);
+    assert_eq!(
+        hits("dm_k-1").await,
+        1.0,
+        "{}",
+        s.context("detailed_metric")
+    );
+    let both = [("x-v", "v1"), ("x-w", "any")];
+    assert_eq!(s.get("/vm", &both).await.status, 200);
+    assert_eq!(
+        hits("vm_v1.sub").await,
+        1.0,
+        "{}",
+        s.context("value_to_metric")
+    );
+}
+
+async fn merged_domain_and_global_quota(s: &Stack) {
+    // A limit from the second file of domain `m` applies (merge_domains).
+    assert_eq!(
+        s.statuses(2, "/merged", &[("x-v", "m")]).await,
+        [200, 429],
+        "{}",
+        s.context("merge_domains")
+    );
+    // `[envoy] quota = true`: both limits are soft, so the request goes on while one has room.
+    let mut got = Vec::new();
+    for _ in 0..3 {
+        let h = [("x-a", "z"), ("x-b", "z")];
+        got.push(s.get_on(s.quota_port, "/quota", &h).await.status);
+    }
+    assert_eq!(got, [200, 200, 429], "{}", s.quota.log());
+}
+
 async fn run_matrix(store: Option<Store>) {
     let Some(envoy_bin) = envoy_binary() else {
         return;
@@ -725,6 +830,8 @@ async fn run_matrix(store: Option<Store>) {
     limit_override(&s).await;
     metadata(&s).await;
     all_or_nothing(&s).await;
+    metric_labels(&s).await;
+    merged_domain_and_global_quota(&s).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -891,7 +998,7 @@ async fn every_header_setting_through_envoy() {
     let instances: Vec<(&str, Sluicegate)> = HEADER_SETTINGS
         .iter()
         .map(|(name, server)| {
-            let sg = start_sluicegate(dir.path(), name, &memory, HEADERS_YAML, "", server);
+            let sg = start_sluicegate(dir.path(), name, &memory, &[HEADERS_YAML], "", server);
             (*name, sg)
         })
         .collect();

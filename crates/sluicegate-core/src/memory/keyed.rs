@@ -98,7 +98,7 @@ impl<A: Algorithm> KeyedLimiter<A> {
             None => {
                 let decision = alg.evaluate(&A::State::default(), now, cost, self.max_delay);
                 if decision.allowed && cost > 0 {
-                    if table.is_full() && !table.drop_expired(now, idle_at) {
+                    if table.is_full() && !table.drop_expired(now, idle_at, &|_| false) {
                         // The state whose loss admits the fewest extra requests goes.
                         let loss =
                             |s: &A::State| u64::MAX - alg.evaluate(s, now, 0, None).remaining;
@@ -111,7 +111,7 @@ impl<A: Algorithm> KeyedLimiter<A> {
                 decision
             }
         };
-        table.sweep(now, SWEEP_STEPS, idle_at);
+        table.sweep(now, SWEEP_STEPS, idle_at, &|_| false);
         decision
     }
 

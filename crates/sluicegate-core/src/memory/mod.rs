@@ -51,10 +51,12 @@
 
 mod fingerprint;
 mod keyed;
+mod persist;
 mod raw;
 mod registry;
 mod shard;
 mod siphash;
+mod snapshot;
 mod typed;
 
 use std::sync::Arc;
@@ -63,8 +65,11 @@ use parking_lot::{Mutex, MutexGuard};
 
 use crate::clock::{Clock, Micros, SystemClock};
 use crate::decision::Decision;
+use crate::overrides::Override;
 use crate::policy::Policy;
-use crate::store::{BoxFuture, CheckRequest, KeyedCheck, Lease, Store, StoreError};
+use crate::store::{
+    BoxFuture, CheckRequest, KeyedCheck, Lease, Settled, Settlement, Store, StoreError,
+};
 use crate::verdict::Verdict;
 
 use fingerprint::{Fingerprint, KeyHasher};
@@ -72,6 +77,7 @@ use registry::{PolicyRef, Registry};
 use shard::{Padded, StoreShard, Target, shard_cap, shard_count};
 
 pub use keyed::KeyedLimiter;
+pub use snapshot::{SnapshotError, SnapshotInfo, SnapshotWriter};
 
 /// Default bound on tracked keys.
 pub const DEFAULT_MAX_KEYS: usize = 1_000_000;
@@ -105,6 +111,8 @@ pub struct MemoryStore<C: Clock = SystemClock> {
     hasher: KeyHasher,
     registry: Registry,
     shards: Box<[Padded<Mutex<StoreShard>>]>,
+    /// Reservations settled, until they expire (id → expiry), at most `max_keys`.
+    settled: Mutex<std::collections::HashMap<String, Micros>>,
 }
 
 impl MemoryStore<SystemClock> {
@@ -131,6 +139,7 @@ impl<C: Clock> MemoryStore<C> {
                     Padded(Mutex::new(StoreShard::new(cap, usize::MAX)))
                 })
                 .collect(),
+            settled: Mutex::default(),
         }
     }
 
@@ -167,10 +176,13 @@ impl<C: Clock> MemoryStore<C> {
         self.shards.iter().map(|s| s.lock().bytes()).sum()
     }
 
-    /// Drops the state of every policy not in `keep` (after a reload). A policy keeps its
-    /// state when its counting is unchanged (same [`CountingKey`](crate::CountingKey):
-    /// name, algorithm, limit, period, burst), whatever its mode, `max_delay`,
-    /// `on_store_error` or `penalty` became.
+    /// Drops the state of every policy not in `keep` (call it with the new policies before
+    /// a reloaded configuration decides). A policy keeps its state when its counting is
+    /// unchanged (same [`CountingKey`](crate::CountingKey): name, algorithm, limit, period,
+    /// burst, calendar), whatever its mode, `max_delay`, `on_store_error` or `penalty`
+    /// became; when only its limit, burst, period or calendar changed, every key keeps what
+    /// it has used ([`Algorithm::rescale`](crate::algorithm::Algorithm::rescale), done shard
+    /// by shard when each is next touched). Only a change of algorithm starts afresh.
     pub fn retain_policies(&self, keep: &[Arc<Policy>]) {
         let dropped = self.registry.retain(keep);
         if dropped.is_empty() {
@@ -183,6 +195,11 @@ impl<C: Clock> MemoryStore<C> {
             }
         }
         self.registry.release(&dropped);
+    }
+
+    /// The clock the store decides with.
+    pub fn clock(&self) -> &C {
+        &self.clock
     }
 
     /// The bound on tracked (policy, key) states.
@@ -220,13 +237,17 @@ impl<C: Clock> MemoryStore<C> {
         let r = self.registry.get_or_add(item.policy);
         let fp = self.hasher.fingerprint(item.key);
         let mut shard = self.shards[self.shard_of(fp)].lock();
-        let target = Target {
+        let mut target = Target {
             r,
             policy: item.policy,
             fp,
+            numbers: None,
         };
+        let numbers = shard.resolve(&target, now);
+        target.numbers = numbers.as_deref();
         let decision = shard.evaluate(target, now, item.cost);
-        let verdict = Verdict::combine_one(Arc::clone(item.policy), decision);
+        let mut verdict = Verdict::combine_one(Arc::clone(item.policy), decision);
+        verdict.at = now;
         if verdict.consumes(0) {
             shard.commit(target, now, item.cost, &decision, &|_, _| false);
         }
@@ -254,8 +275,7 @@ impl<C: Clock> MemoryStore<C> {
         let mut guards: Vec<MutexGuard<'_, StoreShard>> =
             order.iter().map(|&s| self.shards[s].lock()).collect();
         let guard = |shard: usize| order.partition_point(|&s| s < shard);
-
-        let decided: Vec<(Arc<Policy>, Decision, u64)> = items
+        let numbers: Vec<Option<Arc<Policy>>> = items
             .iter()
             .zip(&parts)
             .map(|(item, (r, fp, s))| {
@@ -263,14 +283,36 @@ impl<C: Clock> MemoryStore<C> {
                     r: *r,
                     policy: item.policy,
                     fp: *fp,
+                    numbers: None,
+                };
+                guards[guard(*s)].resolve(&target, now)
+            })
+            .collect();
+
+        let decided: Vec<(Arc<Policy>, Decision, u64)> = items
+            .iter()
+            .zip(&parts)
+            .zip(&numbers)
+            .map(|((item, (r, fp, s)), numbers)| {
+                let target = Target {
+                    r: *r,
+                    policy: item.policy,
+                    fp: *fp,
+                    numbers: numbers.as_deref(),
                 };
                 let d = guards[guard(*s)].evaluate(target, now, item.cost);
                 (Arc::clone(item.policy), d, item.cost)
             })
             .collect();
-        let verdict = Verdict::combine(decided);
+        let mut verdict = Verdict::combine(decided);
+        verdict.at = now;
         let decided = verdict.decisions.iter().map(|d| &d.decision);
-        for (i, ((item, (r, fp, s)), decision)) in items.iter().zip(&parts).zip(decided).enumerate()
+        for (i, (((item, (r, fp, s)), decision), numbers)) in items
+            .iter()
+            .zip(&parts)
+            .zip(decided)
+            .zip(&numbers)
+            .enumerate()
         {
             if verdict.consumes(i) {
                 let protected = |index: usize, f: Fingerprint| {
@@ -282,6 +324,7 @@ impl<C: Clock> MemoryStore<C> {
                     r: *r,
                     policy: item.policy,
                     fp: *fp,
+                    numbers: numbers.as_deref(),
                 };
                 guards[guard(*s)].commit(target, now, item.cost, decision, &protected);
             }
@@ -318,7 +361,15 @@ impl<C: Clock> MemoryStore<C> {
         let mut shard = self.shards[self.shard_of(fp)].lock();
         for policy in policies {
             if let Some(r) = self.registry.get(policy) {
-                shard.refund(Target { r, policy, fp }, now, cost);
+                let mut target = Target {
+                    r,
+                    policy,
+                    fp,
+                    numbers: None,
+                };
+                let numbers = shard.resolve(&target, now);
+                target.numbers = numbers.as_deref();
+                shard.refund(target, now, cost);
             }
         }
     }
@@ -332,12 +383,15 @@ impl<C: Clock> MemoryStore<C> {
                 continue;
             };
             let fp = self.hasher.fingerprint(&lease.key);
-            let target = Target {
+            let mut target = Target {
                 r,
                 policy: &lease.policy,
                 fp,
+                numbers: None,
             };
             let mut shard = self.shards[self.shard_of(fp)].lock();
+            let numbers = shard.resolve(&target, now);
+            target.numbers = numbers.as_deref();
             if shard.release(target, now, lease.expires_at, lease.cost) {
                 freed += 1;
             }
@@ -345,13 +399,101 @@ impl<C: Clock> MemoryStore<C> {
         freed
     }
 
+    /// [`Store::settle`], synchronously. The ids settled are kept until they expire, at
+    /// most `max_keys` of them: when that many unexpired ones are kept, a new settle is
+    /// refused (an outage, so the estimate stays charged) rather than forgetting an id,
+    /// which would let it be replayed.
+    pub fn settle_now(&self, s: Settlement<'_>) -> Result<Settled, StoreError> {
+        CheckRequest::new(s.policies, s.key, 0).validate()?;
+        if s.remaining.len() != s.policies.len() {
+            return Err(StoreError::NoPolicy);
+        }
+        let now = self.clock.now();
+        if now >= s.expires_at {
+            return Ok(Settled::Expired);
+        }
+        {
+            let mut settled = self.settled.lock();
+            if settled.get(s.id).is_some_and(|until| *until > now) {
+                return Ok(Settled::Replayed);
+            }
+            if settled.len() >= self.max_keys {
+                settled.retain(|_, until| *until > now);
+                if settled.len() >= self.max_keys {
+                    return Err(StoreError::Unavailable(
+                        "too many reservations settled recently".into(),
+                    ));
+                }
+            }
+            settled.insert(s.id.to_owned(), s.expires_at);
+        }
+        let fp = self.hasher.fingerprint(s.key);
+        let mut shard = self.shards[self.shard_of(fp)].lock();
+        for (policy, &remaining) in s.policies.iter().zip(s.remaining) {
+            let r = self.registry.get_or_add(policy);
+            let mut target = Target {
+                r,
+                policy,
+                fp,
+                numbers: None,
+            };
+            // A key with its own limit settles under its own numbers.
+            let numbers = shard.resolve(&target, now);
+            target.numbers = numbers.as_deref();
+            let admitted = crate::algorithm::Admitted {
+                at: s.admitted_at,
+                estimate: s.estimate,
+                remaining,
+            };
+            shard.settle(target, now, admitted, s.real);
+        }
+        Ok(Settled::Done)
+    }
+
     fn reset_now(&self, policy: &Policy, key: &str) {
         if let Some(r) = self.registry.get(policy) {
             let fp = self.hasher.fingerprint(key);
+            let target = Target {
+                r,
+                policy,
+                fp,
+                numbers: None,
+            };
             self.shards[self.shard_of(fp)]
                 .lock()
-                .remove(Target { r, policy, fp });
+                .remove(target, self.clock.now());
         }
+    }
+
+    /// [`Store::set_override`], synchronously: `key`'s own numbers under `policy` from the
+    /// next decision on (`None` removes them); the key keeps what it has used.
+    pub fn set_override_now(
+        &self,
+        policy: &Arc<Policy>,
+        key: &str,
+        value: Option<Override>,
+    ) -> Result<(), StoreError> {
+        crate::store::check_key(key)?;
+        let r = self.registry.get_or_add(policy);
+        let fp = self.hasher.fingerprint(key);
+        let target = Target {
+            r,
+            policy,
+            fp,
+            numbers: None,
+        };
+        self.shards[self.shard_of(fp)]
+            .lock()
+            .set_override(&target, value, self.clock.now());
+        Ok(())
+    }
+
+    /// [`Store::get_override`], synchronously.
+    pub fn get_override_now(&self, policy: &Policy, key: &str) -> Option<Override> {
+        let fp = self.hasher.fingerprint(key);
+        self.shards[self.shard_of(fp)]
+            .lock()
+            .get_override(policy.name(), fp)
     }
 }
 
@@ -387,6 +529,10 @@ impl<C: Clock> Store for MemoryStore<C> {
         Box::pin(std::future::ready(Ok(())))
     }
 
+    fn settle<'a>(&'a self, s: Settlement<'a>) -> BoxFuture<'a, Result<Settled, StoreError>> {
+        Box::pin(std::future::ready(self.settle_now(s)))
+    }
+
     fn reset<'a>(
         &'a self,
         policy: &'a Policy,
@@ -394,6 +540,25 @@ impl<C: Clock> Store for MemoryStore<C> {
     ) -> BoxFuture<'a, Result<(), StoreError>> {
         self.reset_now(policy, key);
         Box::pin(std::future::ready(Ok(())))
+    }
+
+    fn set_override<'a>(
+        &'a self,
+        policy: &'a Arc<Policy>,
+        key: &'a str,
+        value: Option<Override>,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(std::future::ready(
+            self.set_override_now(policy, key, value),
+        ))
+    }
+
+    fn get_override<'a>(
+        &'a self,
+        policy: &'a Policy,
+        key: &'a str,
+    ) -> BoxFuture<'a, Result<Option<Override>, StoreError>> {
+        Box::pin(std::future::ready(Ok(self.get_override_now(policy, key))))
     }
 
     fn ping(&self) -> BoxFuture<'_, Result<(), StoreError>> {

@@ -157,6 +157,33 @@ impl<S: Default> RawTable<S> {
         self.pending_min = self.pending_min.min(idle_at);
     }
 
+    /// Every entry, to change its state in place (a carry-over to new numbers); `keep`
+    /// says which to leave alone. The expiry bound is restarted, as every state may expire
+    /// at another time afterwards.
+    pub(crate) fn update_all(
+        &mut self,
+        keep: impl Fn(Fingerprint) -> bool,
+        mut update: impl FnMut(&mut S),
+    ) {
+        for slot in self.slots.iter_mut().filter(|s| s.tag != 0) {
+            if !keep(Fingerprint::from_tag(slot.tag)) {
+                let before = (self.heap_of)(&slot.state);
+                update(&mut slot.state);
+                self.heap = self.heap + (self.heap_of)(&slot.state) - before;
+            }
+        }
+        self.min_idle = 0;
+        self.pending_min = Micros::MAX;
+        self.sweep = 0;
+    }
+
+    /// Visits every entry (for a snapshot).
+    pub(crate) fn for_each(&self, mut visit: impl FnMut(Fingerprint, &S)) {
+        for slot in self.slots.iter().filter(|s| s.tag != 0) {
+            visit(Fingerprint::from_tag(slot.tag), &slot.state);
+        }
+    }
+
     /// Inserts `fp` (not present) with a fresh state; the caller made room (`len < max_len`).
     pub(crate) fn insert(&mut self, fp: Fingerprint) -> usize {
         debug_assert!(self.len < self.max_len.max(1));
@@ -240,13 +267,14 @@ impl<S: Default> RawTable<S> {
         now: Micros,
         steps: usize,
         idle_at: impl Fn(&S) -> Micros + Copy,
+        pinned: &dyn Fn(Fingerprint) -> bool,
     ) -> usize {
         if self.len == 0 || now < self.min_idle {
             return 0;
         }
         let mut dropped = 0;
         for _ in 0..steps {
-            if self.step(now, idle_at) {
+            if self.step(now, idle_at, pinned) {
                 dropped += 1;
             }
         }
@@ -260,12 +288,13 @@ impl<S: Default> RawTable<S> {
         &mut self,
         now: Micros,
         idle_at: impl Fn(&S) -> Micros + Copy,
+        pinned: &dyn Fn(Fingerprint) -> bool,
     ) -> bool {
         if self.len == 0 || now < self.min_idle {
             return false;
         }
         for _ in 0..self.slots.len() {
-            if self.step(now, idle_at) {
+            if self.step(now, idle_at, pinned) {
                 return true;
             }
         }
@@ -273,10 +302,17 @@ impl<S: Default> RawTable<S> {
     }
 
     /// One sweep step; returns whether it dropped an entry (the hand then stays, as the
-    /// next entry shifted into its slot).
-    fn step(&mut self, now: Micros, idle_at: impl Fn(&S) -> Micros + Copy) -> bool {
+    /// next entry shifted into its slot). A `pinned` entry (a key with an override, whose
+    /// state the table's own numbers cannot date) is never dropped as expired.
+    fn step(
+        &mut self,
+        now: Micros,
+        idle_at: impl Fn(&S) -> Micros + Copy,
+        pinned: &dyn Fn(Fingerprint) -> bool,
+    ) -> bool {
         let i = self.sweep;
-        if self.slots[i].tag != 0 {
+        let tag = self.slots[i].tag;
+        if tag != 0 && !pinned(Fingerprint::from_tag(tag)) {
             let t = idle_at(&self.slots[i].state);
             if t <= now {
                 self.remove_at(i, idle_at);

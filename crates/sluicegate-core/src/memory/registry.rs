@@ -16,6 +16,10 @@ pub(crate) struct PolicyRef {
     pub(crate) index: usize,
     /// Unique over the store's life.
     pub(crate) id: u64,
+    /// The id of the first version of this policy (same name and algorithm): a table of an
+    /// older version of the same lineage is carried over to the newer numbers, keeping
+    /// what each key has used, rather than dropped (see [`Registry::retain`]).
+    pub(crate) lineage: u64,
 }
 
 /// Most `Arc<Policy>` allocations remembered by address (see [`Registry::get_or_add`]).
@@ -68,6 +72,7 @@ impl Registry {
                 let r = PolicyRef {
                     index,
                     id: inner.next_id,
+                    lineage: inner.next_id,
                 };
                 inner.by_policy.insert(counting, r);
                 r
@@ -94,22 +99,55 @@ impl Registry {
     }
 
     /// Unregisters every policy not in `keep`; returns their places, whose tables the caller
-    /// drops before calling [`Registry::release`].
+    /// drops before calling [`Registry::release`]. A policy of `keep` that is not registered
+    /// but continues a dropped one (same name and algorithm: its limit, burst, period or
+    /// calendar changed) takes over the dropped one's place as a newer version, so the
+    /// shards carry its tables over to the new numbers when they next touch them.
     pub(crate) fn retain(&self, keep: &[Arc<Policy>]) -> Vec<PolicyRef> {
         let mut inner = self.0.write();
-        let mut dropped = Vec::new();
+        let mut dropped: Vec<(CountingKey, PolicyRef)> = Vec::new();
         let keep: Vec<CountingKey> = keep.iter().map(|k| k.counting_key()).collect();
         inner.by_policy.retain(|counting, r| {
             let kept = keep.contains(counting);
             if !kept {
-                dropped.push(*r);
+                dropped.push((counting.clone(), *r));
             }
             kept
         });
+        for counting in keep {
+            if inner.by_policy.contains_key(&counting) {
+                continue;
+            }
+            if let Some(i) = dropped
+                .iter()
+                .position(|(old, _)| old.same_lineage(&counting))
+            {
+                let (_, old) = dropped.swap_remove(i);
+                inner.next_id += 1;
+                let r = PolicyRef {
+                    index: old.index,
+                    id: inner.next_id,
+                    lineage: old.lineage,
+                };
+                inner.by_policy.insert(counting, r);
+            }
+        }
+        let dropped: Vec<PolicyRef> = dropped.into_iter().map(|(_, r)| r).collect();
+        let current: Vec<PolicyRef> = inner.by_policy.values().copied().collect();
         inner
             .by_address
-            .retain(|_, (weak, r)| weak.strong_count() > 0 && !dropped.contains(r));
+            .retain(|_, (weak, r)| weak.strong_count() > 0 && current.contains(r));
         dropped
+    }
+
+    /// Every registered policy's numbers and place (for a snapshot).
+    pub(crate) fn refs(&self) -> Vec<(CountingKey, PolicyRef)> {
+        let inner = self.0.read();
+        inner
+            .by_policy
+            .iter()
+            .map(|(k, r)| (k.clone(), *r))
+            .collect()
     }
 
     /// Makes the indices of dropped policies available again.

@@ -3,14 +3,19 @@
 
 use std::collections::HashMap;
 use std::ops::{Deref, DerefMut};
+use std::sync::Arc;
 
+use crate::algorithm::Admitted;
 use crate::clock::Micros;
 use crate::decision::Decision;
+use crate::overrides::Override;
 use crate::policy::Policy;
 
 use super::fingerprint::Fingerprint;
+use super::persist::{put_str, put_u32, put_u64};
 use super::registry::PolicyRef;
-use super::typed::{PolicyTable, table_for};
+use super::snapshot::put_numbers;
+use super::typed::{Numbers, PolicyTable, table_for};
 
 /// Most shards a store or limiter uses.
 const MAX_SHARDS: usize = 256;
@@ -61,20 +66,57 @@ pub(crate) struct Target<'a> {
     pub(crate) policy: &'a Policy,
     /// The key.
     pub(crate) fp: Fingerprint,
+    /// The key's own numbers when it has an override (from [`StoreShard::resolve`]).
+    pub(crate) numbers: Numbers<'a>,
 }
 
 /// Running penalties of this shard's keys: (policy index, policy id, key) → end, µs.
 type Penalties = HashMap<(usize, u64, Fingerprint), Micros, foldhash::fast::RandomState>;
 
+/// A key's override under one policy, and the numbers its state is kept under. A removed
+/// override stays (`value: None`) until the key's state is next touched and carried back
+/// to the policy's numbers: carrying happens when a key is next decided, as on Redis,
+/// so that both stores agree on when the new numbers start to count.
+struct KeyOverride {
+    /// The policy's name: an override outlives reloads that change the policy's numbers.
+    policy: Box<str>,
+    value: Option<Override>,
+    /// The policy the effective numbers were made from, and those numbers (`None`: the
+    /// override does not fit that policy, whose own numbers then apply).
+    effective: Option<(Arc<Policy>, Option<Arc<Policy>>)>,
+    /// The numbers the key's state is kept under (`None` only until first set).
+    written: Option<Arc<Policy>>,
+}
+
+/// Overrides of this shard's keys, by key; a key rarely has more than one.
+type Overrides = HashMap<Fingerprint, Vec<KeyOverride>, foldhash::fast::RandomState>;
+
+/// One policy's table in a shard: the registry id of the version it holds, its lineage.
+struct TableSlot {
+    id: u64,
+    lineage: u64,
+    table: Box<dyn PolicyTable>,
+}
+
 /// One table per policy (by registry index) for the keys of this shard, and their count.
 pub(crate) struct StoreShard {
-    tables: Vec<Option<(u64, Box<dyn PolicyTable>)>>,
+    tables: Vec<Option<TableSlot>>,
     count: usize,
     cap: usize,
     /// This shard's share of `max_memory`, bytes (`usize::MAX`: no bound in bytes).
     byte_cap: usize,
     /// Only keys some policy with a `penalty` denied; at most `cap` of them.
     penalties: Penalties,
+    /// Keys with their own numbers (set by an administrator or the config, not by clients).
+    overrides: Overrides,
+}
+
+/// Whether `fp` has an override under the policy named `name`.
+fn overridden(overrides: &Overrides, name: &str, fp: Fingerprint) -> bool {
+    !overrides.is_empty()
+        && overrides
+            .get(&fp)
+            .is_some_and(|list| list.iter().any(|o| &*o.policy == name))
 }
 
 impl StoreShard {
@@ -85,6 +127,7 @@ impl StoreShard {
             cap: cap.max(1),
             byte_cap,
             penalties: Penalties::default(),
+            overrides: Overrides::default(),
         }
     }
 
@@ -98,14 +141,14 @@ impl StoreShard {
         self.tables
             .iter()
             .flatten()
-            .map(|(_, t)| t.allocated_bytes())
+            .map(|t| t.table.allocated_bytes())
             .sum()
     }
 
     /// Bytes held, over all policies: slots, sliding logs and leases, running penalties.
     pub(crate) fn bytes(&self) -> usize {
         let penalty = std::mem::size_of::<((usize, u64, Fingerprint), Micros)>() + 1;
-        let tables: usize = self.tables.iter().flatten().map(|(_, t)| t.bytes()).sum();
+        let tables: usize = self.tables.iter().flatten().map(|t| t.table.bytes()).sum();
         tables + self.penalties.capacity() * penalty
     }
 
@@ -113,33 +156,161 @@ impl StoreShard {
         self.byte_cap != usize::MAX && self.bytes() > self.byte_cap
     }
 
-    /// The table of `r`, created on first use. `None` when `r` is stale: its policy was
-    /// dropped by a reload and its index reused by a newer one while this request was on
-    /// its way; such a request is decided on a fresh state and changes nothing.
-    fn table(&mut self, r: &PolicyRef, policy: &Policy) -> Option<&mut Box<dyn PolicyTable>> {
+    /// The table of `r`, created on first use. A table of an older version of the same
+    /// policy (a reload changed its limit, burst, period or calendar) is carried over to
+    /// the new numbers here, keys with an override excepted (they keep theirs). `None` when
+    /// `r` is stale: its policy was replaced by a reload while this request was on its way;
+    /// such a request is decided on a fresh state and changes nothing.
+    fn table(
+        &mut self,
+        r: &PolicyRef,
+        policy: &Policy,
+        now: Micros,
+    ) -> Option<&mut Box<dyn PolicyTable>> {
         if self.tables.len() <= r.index {
             self.tables.resize_with(r.index + 1, || None);
         }
         let slot = &mut self.tables[r.index];
         match slot {
-            Some((id, _)) if *id > r.id => return None,
-            Some((id, old)) if *id < r.id => {
-                self.count -= old.len();
+            Some(held) if held.id > r.id => return None,
+            Some(held) if held.id < r.id && held.lineage == r.lineage => {
+                let overrides = &self.overrides;
+                let keep = |fp: Fingerprint| overridden(overrides, policy.name(), fp);
+                held.table.rescale_all(policy, now, &keep);
+                let old = (r.index, held.id);
+                held.id = r.id;
+                let moved: Vec<_> = self
+                    .penalties
+                    .extract_if(|(i, id, _), _| (*i, *id) == old)
+                    .collect();
+                for ((i, _, fp), end) in moved {
+                    self.penalties.insert((i, r.id, fp), end);
+                }
+            }
+            Some(held) if held.id < r.id => {
+                self.count -= held.table.len();
                 *slot = None;
             }
             _ => {}
         }
-        let (_, table) = slot.get_or_insert_with(|| (r.id, table_for(policy, self.cap)));
-        Some(table)
+        let held = self.tables[r.index].get_or_insert_with(|| TableSlot {
+            id: r.id,
+            lineage: r.lineage,
+            table: table_for(policy, self.cap),
+        });
+        Some(&mut held.table)
+    }
+
+    /// The numbers `t`'s key is decided under: `None` for the policy's own, or the key's
+    /// override applied to the policy. When they differ from those the key's state was
+    /// kept under, the state is carried over first (keeping what the key has used).
+    pub(crate) fn resolve(&mut self, t: &Target<'_>, now: Micros) -> Option<Arc<Policy>> {
+        if self.overrides.is_empty() {
+            return None;
+        }
+        let list = self.overrides.get_mut(&t.fp)?;
+        let at = list.iter().position(|o| &*o.policy == t.policy.name())?;
+        let entry = &mut list[at];
+        let numbers = match entry.value {
+            None => None,
+            Some(value) => {
+                let fresh = match &entry.effective {
+                    Some((base, _)) => **base != *t.policy,
+                    None => true,
+                };
+                if fresh {
+                    let numbers = t.policy.with_override(&value).ok().map(Arc::new);
+                    entry.effective = Some((Arc::new(t.policy.clone()), numbers));
+                }
+                entry.effective.as_ref().and_then(|(_, n)| n.clone())
+            }
+        };
+        // A live entry names its numbers even when they are the policy's (an override that
+        // does not fit it): the table may move on to other numbers without this key.
+        let now_under = numbers
+            .clone()
+            .unwrap_or_else(|| Arc::new(t.policy.clone()));
+        let written = entry.written.replace(now_under);
+        if entry.value.is_none() {
+            list.swap_remove(at);
+            if list.is_empty() {
+                self.overrides.remove(&t.fp);
+            }
+        }
+        self.carry_key(t, written.as_deref(), numbers.as_deref(), now);
+        numbers
+    }
+
+    /// Carries `t`'s key state from the numbers `from` to `to` (`None`: the table's own)
+    /// when they count differently; across algorithms there is nothing to carry.
+    fn carry_key(&mut self, t: &Target<'_>, from: Numbers<'_>, to: Numbers<'_>, now: Micros) {
+        let key = |n: Numbers<'_>| n.unwrap_or(t.policy).counting_key();
+        if key(from) == key(to) {
+            return;
+        }
+        let same_alg = from.is_none_or(|p| p.algorithm() == t.policy.algorithm())
+            && to.is_none_or(|p| p.algorithm() == t.policy.algorithm());
+        if let Some(table) = self.table(&t.r, t.policy, now) {
+            if same_alg {
+                table.rescale_key(t.fp, from, to, now);
+            } else if table.remove(t.fp) {
+                self.count -= 1;
+            }
+        }
+    }
+
+    /// Sets (`Some`) or removes `t`'s key's override. The key keeps what it has used: its
+    /// state is carried over to the new numbers when it is next decided.
+    pub(crate) fn set_override(&mut self, t: &Target<'_>, value: Option<Override>, now: Micros) {
+        // Bring the table to its policy's current numbers first (overridden keys excepted).
+        self.table(&t.r, t.policy, now);
+        let name = t.policy.name();
+        let list = self.overrides.entry(t.fp).or_default();
+        match list.iter_mut().find(|o| &*o.policy == name) {
+            Some(entry) => {
+                entry.value = value;
+                entry.effective = None;
+            }
+            None if value.is_some() => list.push(KeyOverride {
+                policy: name.into(),
+                value,
+                effective: None,
+                // Under the table's numbers now; named, as the table may move on without it.
+                written: Some(Arc::new(t.policy.clone())),
+            }),
+            None => {}
+        }
+        if list.is_empty() {
+            self.overrides.remove(&t.fp);
+        }
+    }
+
+    /// The override of `fp` under the policy named `name`.
+    pub(crate) fn get_override(&self, name: &str, fp: Fingerprint) -> Option<Override> {
+        self.overrides
+            .get(&fp)?
+            .iter()
+            .find(|o| &*o.policy == name)
+            .and_then(|o| o.value)
     }
 
     /// Decides one policy's part without changing the algorithm's state; a denial by a
     /// policy with a `penalty` starts the key's penalty (see [`crate::penalty`]).
     pub(crate) fn evaluate(&mut self, t: Target<'_>, now: Micros, cost: u64) -> Decision {
         let budget = t.policy.delay_budget();
-        let raw = match self.table(&t.r, t.policy) {
-            Some(table) => table.evaluate(t.fp, now, cost, budget),
-            None => return table_for(t.policy, 1).evaluate(t.fp, now, cost, budget),
+        // The request was checked against the policy's capacity; a key's override may have
+        // a smaller one. Such a request can never be admitted for this key: denied, with
+        // the key's state as a read sees it.
+        let never = t.numbers.is_some_and(|n| cost > n.capacity());
+        let cost_now = if never { 0 } else { cost };
+        let raw = match self.table(&t.r, t.policy, now) {
+            Some(table) => table.evaluate(t.fp, t.numbers, now, cost_now, budget),
+            None => table_for(t.policy, 1).evaluate(t.fp, t.numbers, now, cost_now, budget),
+        };
+        let raw = if never {
+            Decision::deny(raw.limit, raw.remaining, raw.reset_after, raw.reset_after)
+        } else {
+            raw
         };
         // Without a penalty nothing is read: removing a policy's penalty lifts running ones.
         if t.policy.penalty() == 0 {
@@ -181,7 +352,7 @@ impl StoreShard {
             return;
         }
         let full = self.count >= self.cap || self.over_budget();
-        let Some(table) = self.table(&t.r, t.policy) else {
+        let Some(table) = self.table(&t.r, t.policy, now) else {
             return;
         };
         if full && !table.contains(t.fp) && !self.make_room(now, protected) {
@@ -189,8 +360,8 @@ impl StoreShard {
             // policies): the bound wins, this state is not tracked.
             return;
         }
-        if let Some(table) = self.table(&t.r, t.policy)
-            && table.commit(t.fp, now, cost, decided)
+        if let Some(table) = self.table(&t.r, t.policy, now)
+            && table.commit(t.fp, t.numbers, now, cost, decided)
         {
             self.count += 1;
         }
@@ -210,11 +381,13 @@ impl StoreShard {
     /// Evicts one entry: an expired one of any policy if there is one (it is identical to
     /// a fresh key, so nothing is lost), else, in the policy with the most keys in this
     /// shard, the sampled state whose loss admits the fewest extra requests (a state back to
-    /// full before one being limited). Fails only if every entry belongs to the request in
-    /// progress.
+    /// full before one being limited). Keys with an override are never evicted. Fails only
+    /// if every entry belongs to the request in progress.
     fn make_room(&mut self, now: Micros, protected: &dyn Fn(usize, Fingerprint) -> bool) -> bool {
-        for (_, table) in self.tables.iter_mut().flatten() {
-            if table.drop_expired(now) {
+        let overrides = &self.overrides;
+        let pinned = |fp: Fingerprint| overrides.contains_key(&fp);
+        for held in self.tables.iter_mut().flatten() {
+            if held.table.drop_expired(now, &pinned) {
                 self.count -= 1;
                 return true;
             }
@@ -223,11 +396,13 @@ impl StoreShard {
             .tables
             .iter()
             .enumerate()
-            .filter_map(|(i, t)| t.as_ref().map(|(_, t)| (t.len(), i)))
+            .filter_map(|(i, t)| t.as_ref().map(|t| (t.table.len(), i)))
             .max();
         if let Some((_, index)) = largest
-            && let Some((_, table)) = &mut self.tables[index]
-            && table.drop_cheapest(now, &|fp| protected(index, fp))
+            && let Some(held) = &mut self.tables[index]
+            && held
+                .table
+                .drop_cheapest(now, &|fp| pinned(fp) || protected(index, fp))
         {
             self.count -= 1;
             return true;
@@ -237,9 +412,31 @@ impl StoreShard {
 
     /// Gives back `cost` for one policy.
     pub(crate) fn refund(&mut self, t: Target<'_>, now: Micros, cost: u64) {
-        if let Some(table) = self.table(&t.r, t.policy) {
-            table.refund(t.fp, now, cost);
+        if let Some(table) = self.table(&t.r, t.policy, now) {
+            table.refund(t.fp, t.numbers, now, cost);
         }
+    }
+
+    /// Settles one policy's part of a reservation (see [`Algorithm::settle`]); a charge on
+    /// an untracked key makes room for it like a commit.
+    ///
+    /// [`Algorithm::settle`]: crate::algorithm::Algorithm::settle
+    pub(crate) fn settle(&mut self, t: Target<'_>, now: Micros, a: Admitted, real: u64) {
+        let full = self.count >= self.cap || self.over_budget();
+        let Some(table) = self.table(&t.r, t.policy, now) else {
+            return;
+        };
+        let tracked = table.contains(t.fp);
+        if !tracked && (real <= a.estimate || (full && !self.make_room(now, &|_, _| false))) {
+            return;
+        }
+        if let Some(table) = self.table(&t.r, t.policy, now)
+            && table.settle(t.fp, t.numbers, now, a, real)
+        {
+            self.count += 1;
+        }
+        // A charge may grow a sliding log.
+        self.shed(t, now, &|_, _| false);
     }
 
     /// Frees one lease of one policy's state of a key (concurrency).
@@ -250,24 +447,157 @@ impl StoreShard {
         expires_at: Micros,
         cost: u64,
     ) -> bool {
-        self.table(&t.r, t.policy)
-            .is_some_and(|table| table.release(t.fp, now, expires_at, cost))
+        self.table(&t.r, t.policy, now)
+            .is_some_and(|table| table.release(t.fp, t.numbers, now, expires_at, cost))
     }
 
-    /// Forgets one policy's state of a key, and its penalty.
-    pub(crate) fn remove(&mut self, t: Target<'_>) {
+    /// Forgets one policy's state of a key, and its penalty (not its override).
+    pub(crate) fn remove(&mut self, t: Target<'_>, now: Micros) {
         self.penalties.remove(&(t.r.index, t.r.id, t.fp));
-        if let Some(table) = self.table(&t.r, t.policy)
+        if let Some(table) = self.table(&t.r, t.policy, now)
             && table.remove(t.fp)
         {
             self.count -= 1;
         }
     }
 
+    /// This shard's block of a snapshot (see `snapshot.rs`): its overrides, then per policy
+    /// its numbers, states and running penalties. `current` are the registry's policies; a
+    /// table of an older version is carried over to its current numbers first, one of a
+    /// dropped policy is left out. Returns the states written.
+    pub(crate) fn save(
+        &mut self,
+        current: &[(Arc<Policy>, PolicyRef)],
+        now: Micros,
+        out: &mut Vec<u8>,
+    ) -> u64 {
+        let overrides: Vec<(&Fingerprint, &KeyOverride)> = self
+            .overrides
+            .iter()
+            .flat_map(|(fp, list)| list.iter().map(move |o| (fp, o)))
+            .collect();
+        put_u32(out, overrides.len() as u32);
+        for (fp, o) in overrides {
+            put_str(out, &o.policy);
+            put_u64(out, fp.bits());
+            match o.value {
+                Some(v) => {
+                    out.push(1);
+                    put_u64(out, v.limit);
+                    put_u64(out, v.burst.unwrap_or(0));
+                    put_u64(out, v.period.unwrap_or(0));
+                }
+                None => out.push(0),
+            }
+            match &o.written {
+                Some(p) => {
+                    out.push(1);
+                    put_numbers(out, p);
+                }
+                None => out.push(0),
+            }
+        }
+        let mut saved = Vec::new();
+        for index in 0..self.tables.len() {
+            let Some(held) = &self.tables[index] else {
+                continue;
+            };
+            let Some((policy, r)) = current.iter().find(|(_, r)| r.index == index) else {
+                continue;
+            };
+            let same = held.id == r.id;
+            let older = held.id < r.id && held.lineage == r.lineage;
+            if (same || older) && self.table(r, policy, now).is_some() {
+                saved.push((policy, *r));
+            }
+        }
+        put_u32(out, saved.len() as u32);
+        let mut states = 0;
+        for (policy, r) in saved {
+            put_numbers(out, policy);
+            let at = out.len();
+            put_u32(out, 0);
+            let n = match &self.tables[r.index] {
+                Some(held) => held.table.save(out),
+                None => 0,
+            };
+            out[at..at + 4].copy_from_slice(&n.to_le_bytes());
+            states += u64::from(n);
+            let penalties: Vec<(Fingerprint, Micros)> = self
+                .penalties
+                .iter()
+                .filter(|((i, id, _), _)| (*i, *id) == (r.index, r.id))
+                .map(|((_, _, fp), end)| (*fp, *end))
+                .collect();
+            put_u32(out, penalties.len() as u32);
+            for (fp, end) in penalties {
+                put_u64(out, fp.bits());
+                put_u64(out, end);
+            }
+        }
+        states
+    }
+
+    /// Restores a key's override from a snapshot.
+    pub(crate) fn restore_override(
+        &mut self,
+        fp: Fingerprint,
+        policy: &str,
+        value: Option<Override>,
+        written: Option<Arc<Policy>>,
+    ) {
+        self.overrides.entry(fp).or_default().push(KeyOverride {
+            policy: policy.into(),
+            value,
+            effective: None,
+            written,
+        });
+    }
+
+    /// Restores one state from a snapshot (see [`PolicyTable::load_entry`]); `None` when
+    /// the bytes are not one. Within the shard's bound.
+    pub(crate) fn load_entry(
+        &mut self,
+        r: &PolicyRef,
+        policy: &Policy,
+        fp: Fingerprint,
+        input: &mut &[u8],
+        now: Micros,
+    ) -> Option<bool> {
+        let pinned = overridden(&self.overrides, policy.name(), fp);
+        let full = self.count >= self.cap;
+        let table = self.table(r, policy, now)?;
+        if full {
+            // Still read it, to move on to the next one.
+            let mut scratch = table_for(policy, 1);
+            return scratch.load_entry(fp, input, now, pinned).map(|_| false);
+        }
+        let kept = table.load_entry(fp, input, now, pinned)?;
+        if kept {
+            self.count += 1;
+        }
+        Some(kept)
+    }
+
+    /// Restores a running penalty from a snapshot (an ended one is dropped).
+    pub(crate) fn restore_penalty(
+        &mut self,
+        r: &PolicyRef,
+        fp: Fingerprint,
+        end: Micros,
+        now: Micros,
+    ) {
+        if end > now {
+            self.start_penalty((r.index, r.id, fp), end, now);
+        }
+    }
+
     /// Incremental expiry on one policy's table.
     pub(crate) fn sweep(&mut self, index: usize, now: Micros) {
-        if let Some(Some((_, table))) = self.tables.get_mut(index) {
-            self.count -= table.sweep(now, SWEEP_STEPS);
+        let overrides = &self.overrides;
+        let pinned = |fp: Fingerprint| overrides.contains_key(&fp);
+        if let Some(Some(held)) = self.tables.get_mut(index) {
+            self.count -= held.table.sweep(now, SWEEP_STEPS, &pinned);
         }
     }
 
@@ -276,10 +606,10 @@ impl StoreShard {
         self.penalties
             .retain(|(i, held, _), _| (*i, *held) != (index, id));
         if let Some(slot) = self.tables.get_mut(index)
-            && matches!(slot, Some((held, _)) if *held == id)
-            && let Some((_, table)) = slot.take()
+            && matches!(slot, Some(held) if held.id == id)
+            && let Some(held) = slot.take()
         {
-            self.count -= table.len();
+            self.count -= held.table.len();
         }
     }
 }
@@ -303,11 +633,16 @@ mod tests {
             .unwrap();
         let hasher = KeyHasher::new();
         let mut shard = StoreShard::new(64, usize::MAX);
-        let r = PolicyRef { index: 0, id: 1 };
+        let r = PolicyRef {
+            index: 0,
+            id: 1,
+            lineage: 1,
+        };
         let target = |key: &str| Target {
             r,
             policy: &policy,
             fp: hasher.fingerprint(key),
+            numbers: None,
         };
         let add = |shard: &mut StoreShard, key: &str, now: Micros| {
             let d = shard.evaluate(target(key), now, 1);

@@ -1,12 +1,13 @@
 //! [`TypedTable`]: one policy's [`RawTable`] together with its algorithm, behind the
 //! object-safe [`PolicyTable`] so that one store shard can hold every policy's states.
 
-use crate::algorithm::Algorithm;
+use crate::algorithm::{Admitted, Algorithm, Quota};
 use crate::clock::Micros;
 use crate::decision::Decision;
 use crate::policy::Policy;
 
 use super::fingerprint::Fingerprint;
+use super::persist::{Persist, put_u64};
 use super::raw::RawTable;
 
 /// One policy's states in one shard, whatever its algorithm.
@@ -15,6 +16,7 @@ pub(crate) trait PolicyTable: Send {
     fn evaluate(
         &mut self,
         fp: Fingerprint,
+        numbers: Numbers<'_>,
         now: Micros,
         cost: u64,
         max_delay: Option<Micros>,
@@ -24,19 +26,50 @@ pub(crate) trait PolicyTable: Send {
     /// Consumes `cost` (> 0) for `fp`, inserting it if new; returns whether it was inserted.
     /// `decided` is what [`PolicyTable::evaluate`] said at this `now`. The caller has made
     /// room for an insertion.
-    fn commit(&mut self, fp: Fingerprint, now: Micros, cost: u64, decided: &Decision) -> bool;
+    fn commit(
+        &mut self,
+        fp: Fingerprint,
+        numbers: Numbers<'_>,
+        now: Micros,
+        cost: u64,
+        decided: &Decision,
+    ) -> bool;
     /// Gives back `cost` for `fp`, if tracked.
-    fn refund(&mut self, fp: Fingerprint, now: Micros, cost: u64);
+    fn refund(&mut self, fp: Fingerprint, numbers: Numbers<'_>, now: Micros, cost: u64);
+    /// Settles a request of `fp` admitted at `at` (see [`Algorithm::settle`]), inserting
+    /// `fp` when a charge finds it untracked; returns whether it was inserted. The caller
+    /// has made room for an insertion.
+    fn settle(
+        &mut self,
+        fp: Fingerprint,
+        numbers: Numbers<'_>,
+        now: Micros,
+        admitted: Admitted,
+        real: u64,
+    ) -> bool;
     /// Frees the lease `(expires_at, cost)` of `fp` (concurrency); returns whether it did.
-    fn release(&mut self, fp: Fingerprint, now: Micros, expires_at: Micros, cost: u64) -> bool;
+    fn release(
+        &mut self,
+        fp: Fingerprint,
+        numbers: Numbers<'_>,
+        now: Micros,
+        expires_at: Micros,
+        cost: u64,
+    ) -> bool;
+    /// Carries every state but those `keep` names over to `to`'s numbers (same
+    /// algorithm), keeping what each key has used; the table then decides with `to`.
+    fn rescale_all(&mut self, to: &Policy, now: Micros, keep: &dyn Fn(Fingerprint) -> bool);
+    /// Carries one key's state from the numbers `from` to `to` (see [`Numbers`]).
+    fn rescale_key(&mut self, fp: Fingerprint, from: Numbers<'_>, to: Numbers<'_>, now: Micros);
     /// Forgets `fp`; returns whether it was tracked.
     fn remove(&mut self, fp: Fingerprint) -> bool;
     /// Entries held.
     fn len(&self) -> usize;
     /// A few incremental expiry steps; returns how many entries were dropped.
-    fn sweep(&mut self, now: Micros, steps: usize) -> usize;
-    /// Drops one expired entry if there is any.
-    fn drop_expired(&mut self, now: Micros) -> bool;
+    /// `pinned` entries (keys with an override) are never dropped as expired.
+    fn sweep(&mut self, now: Micros, steps: usize, pinned: &dyn Fn(Fingerprint) -> bool) -> usize;
+    /// Drops one expired entry if there is any (never a `pinned` one).
+    fn drop_expired(&mut self, now: Micros, pinned: &dyn Fn(Fingerprint) -> bool) -> bool;
     /// Drops the sampled state whose loss admits the fewest extra requests at `now`,
     /// sparing `protected` (see `RawTable::drop_cheapest`).
     fn drop_cheapest(&mut self, now: Micros, protected: &dyn Fn(Fingerprint) -> bool) -> bool;
@@ -44,7 +77,24 @@ pub(crate) trait PolicyTable: Send {
     fn allocated_bytes(&self) -> usize;
     /// Bytes held: the slots and what the states keep on the heap (sliding logs, leases).
     fn bytes(&self) -> usize;
+    /// Appends every entry (fingerprint, state) to a snapshot; returns how many.
+    fn save(&self, out: &mut Vec<u8>) -> u32;
+    /// Reads one entry's state from a snapshot and keeps it under `fp` unless it expired by
+    /// `now` (not asked for a `pinned` key, whose override's numbers date it), or the table
+    /// is full, or `fp` is already there; `None` when the bytes are not a state of this
+    /// algorithm.
+    fn load_entry(
+        &mut self,
+        fp: Fingerprint,
+        input: &mut &[u8],
+        now: Micros,
+        pinned: bool,
+    ) -> Option<bool>;
 }
+
+/// The numbers a key's state is kept and decided under: `None` for the table's own (its
+/// policy's), `Some` for a key with an override (see [`crate::overrides`]).
+pub(crate) type Numbers<'a> = Option<&'a Policy>;
 
 /// A [`PolicyTable`] for one algorithm.
 pub(crate) struct TypedTable<A: Algorithm> {
@@ -52,7 +102,7 @@ pub(crate) struct TypedTable<A: Algorithm> {
     raw: RawTable<A::State>,
 }
 
-impl<A: Algorithm> TypedTable<A> {
+impl<A: Algorithm + From<Quota>> TypedTable<A> {
     pub(crate) fn new(alg: A, max_len: usize) -> Self {
         TypedTable {
             alg,
@@ -61,25 +111,43 @@ impl<A: Algorithm> TypedTable<A> {
     }
 }
 
+/// The algorithm for `numbers`: the table's own, or one built from an override's numbers
+/// (a few words, no allocation).
+macro_rules! alg_for {
+    ($self:ident, $numbers:expr, $owned:ident) => {
+        match $numbers {
+            Some(p) => {
+                $owned = A::from(Quota::from(p));
+                &$owned
+            }
+            None => &$self.alg,
+        }
+    };
+}
+
 /// A boxed table for `policy`'s algorithm, holding at most `max_len` entries.
 pub(crate) fn table_for(policy: &Policy, max_len: usize) -> Box<dyn PolicyTable> {
     crate::with_algorithm!(policy, |alg| Box::new(TypedTable::new(alg, max_len))
         as Box<dyn PolicyTable>)
 }
 
-impl<A: Algorithm> PolicyTable for TypedTable<A> {
+impl<A: Algorithm + From<Quota>> PolicyTable for TypedTable<A>
+where
+    A::State: Persist,
+{
     fn evaluate(
         &mut self,
         fp: Fingerprint,
+        numbers: Numbers<'_>,
         now: Micros,
         cost: u64,
         max_delay: Option<Micros>,
     ) -> Decision {
+        let owned;
+        let alg = alg_for!(self, numbers, owned);
         match self.raw.find(fp) {
-            Some(i) => self.alg.evaluate(self.raw.state(i), now, cost, max_delay),
-            None => self
-                .alg
-                .evaluate(&A::State::default(), now, cost, max_delay),
+            Some(i) => alg.evaluate(self.raw.state(i), now, cost, max_delay),
+            None => alg.evaluate(&A::State::default(), now, cost, max_delay),
         }
     }
 
@@ -87,21 +155,30 @@ impl<A: Algorithm> PolicyTable for TypedTable<A> {
         self.raw.find(fp).is_some()
     }
 
-    fn commit(&mut self, fp: Fingerprint, now: Micros, cost: u64, decided: &Decision) -> bool {
+    fn commit(
+        &mut self,
+        fp: Fingerprint,
+        numbers: Numbers<'_>,
+        now: Micros,
+        cost: u64,
+        decided: &Decision,
+    ) -> bool {
+        let owned;
+        let alg = alg_for!(self, numbers, owned);
         let (i, inserted) = match self.raw.find(fp) {
             Some(i) => (i, false),
             None => (self.raw.insert(fp), true),
         };
-        let alg = &self.alg;
         self.raw.update(i, |state| alg.consume(state, now, cost));
         self.raw
             .note_idle_at(now.saturating_add(decided.reset_after));
         inserted
     }
 
-    fn refund(&mut self, fp: Fingerprint, now: Micros, cost: u64) {
+    fn refund(&mut self, fp: Fingerprint, numbers: Numbers<'_>, now: Micros, cost: u64) {
+        let owned;
+        let alg = alg_for!(self, numbers, owned);
         if let Some(i) = self.raw.find(fp) {
-            let alg = &self.alg;
             let idle = self.raw.update(i, |state| {
                 alg.refund(state, now, cost);
                 alg.idle_at(state)
@@ -110,17 +187,70 @@ impl<A: Algorithm> PolicyTable for TypedTable<A> {
         }
     }
 
-    fn release(&mut self, fp: Fingerprint, now: Micros, expires_at: Micros, cost: u64) -> bool {
+    fn settle(
+        &mut self,
+        fp: Fingerprint,
+        numbers: Numbers<'_>,
+        now: Micros,
+        admitted: Admitted,
+        real: u64,
+    ) -> bool {
+        let owned;
+        let alg = alg_for!(self, numbers, owned);
+        let (i, inserted) = match self.raw.find(fp) {
+            Some(i) => (i, false),
+            // An untracked key is a full one: nothing to give back, a charge starts it.
+            None if real > admitted.estimate => (self.raw.insert(fp), true),
+            None => return false,
+        };
+        let idle = self.raw.update(i, |state| {
+            alg.settle(state, now, admitted, real);
+            alg.idle_at(state)
+        });
+        self.raw.note_idle_at(idle);
+        inserted
+    }
+
+    fn release(
+        &mut self,
+        fp: Fingerprint,
+        numbers: Numbers<'_>,
+        now: Micros,
+        expires_at: Micros,
+        cost: u64,
+    ) -> bool {
+        let owned;
+        let alg = alg_for!(self, numbers, owned);
         let Some(i) = self.raw.find(fp) else {
             return false;
         };
-        let alg = &self.alg;
         let (freed, idle) = self.raw.update(i, |state| {
             let freed = alg.release(state, now, expires_at, cost);
             (freed, alg.idle_at(state))
         });
         self.raw.note_idle_at(idle);
         freed
+    }
+
+    fn rescale_all(&mut self, to: &Policy, now: Micros, keep: &dyn Fn(Fingerprint) -> bool) {
+        let new = A::from(Quota::from(to));
+        let old = &self.alg;
+        self.raw
+            .update_all(keep, |state| *state = new.rescale(old, state, now));
+        self.alg = new;
+    }
+
+    fn rescale_key(&mut self, fp: Fingerprint, from: Numbers<'_>, to: Numbers<'_>, now: Micros) {
+        let (owned_from, owned_to);
+        let old = alg_for!(self, from, owned_from);
+        let new = alg_for!(self, to, owned_to);
+        if let Some(i) = self.raw.find(fp) {
+            let idle = self.raw.update(i, |state| {
+                *state = new.rescale(old, state, now);
+                new.idle_at(state)
+            });
+            self.raw.note_idle_at(idle);
+        }
     }
 
     fn remove(&mut self, fp: Fingerprint) -> bool {
@@ -132,14 +262,14 @@ impl<A: Algorithm> PolicyTable for TypedTable<A> {
         self.raw.len()
     }
 
-    fn sweep(&mut self, now: Micros, steps: usize) -> usize {
+    fn sweep(&mut self, now: Micros, steps: usize, pinned: &dyn Fn(Fingerprint) -> bool) -> usize {
         let alg = &self.alg;
-        self.raw.sweep(now, steps, |s| alg.idle_at(s))
+        self.raw.sweep(now, steps, |s| alg.idle_at(s), pinned)
     }
 
-    fn drop_expired(&mut self, now: Micros) -> bool {
+    fn drop_expired(&mut self, now: Micros, pinned: &dyn Fn(Fingerprint) -> bool) -> bool {
         let alg = &self.alg;
-        self.raw.drop_expired(now, |s| alg.idle_at(s))
+        self.raw.drop_expired(now, |s| alg.idle_at(s), pinned)
     }
 
     fn drop_cheapest(&mut self, now: Micros, protected: &dyn Fn(Fingerprint) -> bool) -> bool {
@@ -157,6 +287,38 @@ impl<A: Algorithm> PolicyTable for TypedTable<A> {
 
     fn bytes(&self) -> usize {
         self.raw.bytes()
+    }
+
+    fn save(&self, out: &mut Vec<u8>) -> u32 {
+        let mut n = 0;
+        self.raw.for_each(|fp, state| {
+            put_u64(out, fp.bits());
+            state.put(out);
+            n += 1;
+        });
+        n
+    }
+
+    fn load_entry(
+        &mut self,
+        fp: Fingerprint,
+        input: &mut &[u8],
+        now: Micros,
+        pinned: bool,
+    ) -> Option<bool> {
+        let state = A::State::take(input)?;
+        let idle = if pinned {
+            Micros::MAX
+        } else {
+            self.alg.idle_at(&state)
+        };
+        if idle <= now || self.raw.is_full() || self.raw.find(fp).is_some() {
+            return Some(false);
+        }
+        let i = self.raw.insert(fp);
+        self.raw.update(i, |slot| *slot = state);
+        self.raw.note_idle_at(idle);
+        Some(true)
     }
 }
 

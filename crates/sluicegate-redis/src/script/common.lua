@@ -34,6 +34,43 @@ local function cdiv(a, b)
   return q
 end
 
+-- ceil(a * b / c) exactly, for integers a, b >= 0, 0 < c < 2^51, whose result is below
+-- 2^53, even when a * b is not representable (a settled debt can take a bucket to twice
+-- its capacity, and the core's arithmetic is exact): binary long multiplication keeps the
+-- running product as q * c + r with r < c, so nothing exceeds 2^53.
+local function scale_up(a, b, c)
+  local p = a * b
+  if p <= EXACT then
+    return cdiv(p, c)
+  end
+  local bq = idiv(b, c)
+  local br = b - bq * c
+  local bits = {}
+  local x = a
+  while x > 0 do
+    local bit = x % 2
+    bits[#bits + 1] = bit
+    x = (x - bit) / 2
+  end
+  local q, r = 0, 0
+  for i = #bits, 1, -1 do
+    q, r = q * 2, r * 2
+    if r >= c then
+      q, r = q + 1, r - c
+    end
+    if bits[i] == 1 then
+      q, r = q + bq, r + br
+      if r >= c then
+        q, r = q + 1, r - c
+      end
+    end
+  end
+  if r > 0 then
+    return q + 1
+  end
+  return q
+end
+
 -- Integers as decimal text: tostring() would print 1.7e+15 and lose digits. Lua 5.1
 -- formats %d through a C long (64 bits), exact for every integer below 2^53, and much
 -- faster than %.0f.
@@ -58,8 +95,18 @@ end
 -- A deleted key is remembered as false.
 local WRITTEN = {}
 
+-- The numbers of the item being written ("limit,period,burst,zone" as the script reads
+-- them), set by the entry script before each commit or refund: every string state carries
+-- the numbers it was counted under after a "|", so a state met under other numbers (a
+-- reload changed the policy, an override was set or removed) is carried over to them
+-- (each algorithm's M.rescale) instead of misread.
+local SIG = nil
+
 -- Stores a state (space-separated integers) that expires when it is idle.
 local function put(key, text, idle_at, now)
+  if SIG then
+    text = text .. '|' .. SIG
+  end
   redis.call('SET', key, text, 'PX', ttl_ms(idle_at, now))
   WRITTEN[key] = text
 end
@@ -81,6 +128,71 @@ local function parse(text)
   end
   local a, b, c = string.match(text, '^(%S+) ?(%S*) ?(%S*)$')
   return { tonumber(a), tonumber(b), tonumber(c) }
+end
+
+-- Splits a stored state into its integers and the numbers it was counted under.
+local function split_state(text)
+  if not text then
+    return nil, nil
+  end
+  local body, sig = string.match(text, '^([^|]*)|(.*)$')
+  if body then
+    return body, sig
+  end
+  return text, nil
+end
+
+-- The numbers of a SIG text, as the algorithms read a policy.
+local function sig_numbers(sig)
+  local l, p, b, z = string.match(sig, '^(%d+),(%d+),(%d+),(%d+)$')
+  if not l then
+    return nil
+  end
+  return { limit = tonumber(l), period = tonumber(p), burst = tonumber(b), zone = tonumber(z) }
+end
+
+local function gcd(a, b)
+  while b ~= 0 do
+    a, b = b, a % b
+  end
+  return a
+end
+
+-- The policy `q` under a key's override (sluicegate-core Policy::with_override), stored as
+-- "limit burst period" in raw numbers (0: the policy's own burst or period); `q` itself
+-- when there is none. A burst that followed the policy's limit follows the override's.
+local function with_override(q, text)
+  if not text then
+    return q
+  end
+  local l, b, p = string.match(text, '^(%d+) (%d+) (%d+)$')
+  if not l then
+    return q
+  end
+  l, b, p = tonumber(l), tonumber(b), tonumber(p)
+  if p == 0 then
+    p = q.rperiod
+  end
+  if b == 0 then
+    if q.burst == q.rlimit then
+      b = l
+    else
+      b = q.burst
+    end
+  end
+  local o = {
+    alg = q.alg, code = q.code, shadow = q.shadow, max_delay = q.max_delay,
+    penalty = q.penalty, bounds = q.bounds, zone = q.zone,
+    rlimit = l, rperiod = p, burst = b, limit = l, period = p,
+  }
+  if q.code == 4 or q.code == 5 then
+    local g = gcd(l, p)
+    o.limit, o.period = l / g, p / g
+  elseif q.code == 6 then
+    o.limit, o.period = max(cdiv(p, l), 1), 1
+  end
+  o.sig = fmt(o.limit) .. ',' .. fmt(o.period) .. ',' .. fmt(o.burst) .. ',' .. fmt(o.zone)
+  return o
 end
 
 -- Penalties (sluicegate-core penalty.rs): a denial by a policy with a penalty starts one,

@@ -6,9 +6,11 @@
 -- ARGV[1]  always "" in production: the time is the Redis server's (clock.lua); test
 --          builds (test_clock.lua) may put a caller's time in µs here
 -- ARGV[2]  "check" or "refund"
--- ARGV[3]  number of distinct policies P, then P times 7 fields:
+-- ARGV[3]  number of distinct policies P, then P times 10 fields:
 --          algorithm (1..7), shadow (0/1), limit, period, burst, max_delay (-1: not delay mode),
---          penalty µs (0: none; see penalize in common.lua), then the number B of calendar
+--          penalty µs (0: none; see penalize in common.lua), the raw limit and period (as
+--          configured, for overrides), the zone tag (0, or for calendar windows a hash of
+--          the time zone), then the number B of calendar
 --          boundaries (0 unless a calendar fixed_window) and B ascending instants in µs
 --          (bucket algorithms receive limit and period divided by their gcd)
 -- then     the number of requests R, then per request: its number of items n, then n times
@@ -16,9 +18,15 @@
 --
 -- A request goes ahead iff every enforcing (non-shadow) item admits it; then every item
 -- that admits it consumes; else nothing is consumed (sluicegate-core Verdict::combine).
--- Reply to "check": per item 6 integers: allowed (0/1), remaining, reset_after µs,
+-- Reply to "check": per item 7 integers: allowed (0/1), remaining, reset_after µs,
 -- retry_after µs (-1: none), delay µs, lease (concurrency: when the lease the item takes
--- if the request goes ahead expires, µs since the epoch; else 0).
+-- if the request goes ahead expires, µs since the epoch; else 0), and the limit that
+-- applied (the key's override's, else the policy's); then, once at the end, the
+-- script's time in µs (a reservation records when it was admitted).
+--
+-- Overrides: a key's own numbers under a policy live in "<state key without its
+-- algorithm tag>:override" (same hash tag, so the same slot), read in the same MGET as
+-- the states (see with_override in common.lua).
 
 local CONSTRUCTORS = { fixed_window, sliding_log, sliding_window, token_bucket, leaky_bucket, gcra, concurrency }
 
@@ -35,38 +43,45 @@ for p = 1, tonumber(ARGV[3]) do
     alg = CONSTRUCTORS[code]()
     built[code] = alg
   end
-  policies[p] = {
+  local q = {
     alg = alg,
+    code = code,
     shadow = ARGV[a + 1] == '1',
     limit = tonumber(ARGV[a + 2]),
     period = tonumber(ARGV[a + 3]),
     burst = tonumber(ARGV[a + 4]),
     max_delay = tonumber(ARGV[a + 5]),
     penalty = tonumber(ARGV[a + 6]),
+    rlimit = tonumber(ARGV[a + 7]),
+    rperiod = tonumber(ARGV[a + 8]),
+    zone = tonumber(ARGV[a + 9]),
   }
-  local nb = tonumber(ARGV[a + 7])
+  q.sig = ARGV[a + 2] .. ',' .. ARGV[a + 3] .. ',' .. ARGV[a + 4] .. ',' .. ARGV[a + 9]
+  policies[p] = q
+  local nb = tonumber(ARGV[a + 10])
   if nb > 0 then
     local bounds = {}
     for i = 1, nb do
-      bounds[i] = tonumber(ARGV[a + 7 + i])
+      bounds[i] = tonumber(ARGV[a + 10 + i])
     end
-    policies[p].bounds = bounds
+    q.bounds = bounds
   end
-  a = a + 8 + nb
+  a = a + 11 + nb
 end
 
--- Every string state of the call in one MGET (lists, i.e. sliding logs, read as nil and
--- are loaded by their algorithm), in slices that stay within Lua's stack.
-local values
-if #KEYS <= 200 then
-  values = redis.call('MGET', unpack(KEYS))
-else
-  values = {}
-  for from = 1, #KEYS, 200 do
-    local slice = redis.call('MGET', unpack(KEYS, from, min(from + 199, #KEYS)))
-    for i = 1, #slice do
-      values[from + i - 1] = slice[i]
-    end
+-- Every string state of the call and every key's override in one MGET (lists, i.e.
+-- sliding logs, read as nil and are loaded by their algorithm), in slices that stay within
+-- Lua's stack: values[i] is KEYS[i]'s state, values[#KEYS + i] its override.
+local wanted = {}
+for i = 1, #KEYS do
+  wanted[i] = KEYS[i]
+  wanted[#KEYS + i] = (string.gsub(KEYS[i], ':[^:]*$', ':override'))
+end
+local values = {}
+for from = 1, #wanted, 200 do
+  local slice = redis.call('MGET', unpack(wanted, from, min(from + 199, #wanted)))
+  for i = 1, #slice do
+    values[from + i - 1] = slice[i]
   end
 end
 
@@ -75,7 +90,7 @@ local out = {}
 local o = 0
 local k = 0
 -- Per-item scratch for multi-policy requests, reused by every request (only 1..n is read).
-local items, costs, sts, oks = {}, {}, {}, {}
+local items, costs, sts, oks, carried = {}, {}, {}, {}, {}
 local requests = tonumber(ARGV[a])
 a = a + 1
 for _ = 1, requests do
@@ -83,19 +98,41 @@ for _ = 1, requests do
   a = a + 1
   local allowed = true
   for i = 1, n do
-    local q = policies[tonumber(ARGV[a])]
+    k = k + 1
+    local q = with_override(policies[tonumber(ARGV[a])], values[#KEYS + k] or nil)
     local cost = tonumber(ARGV[a + 1])
     a = a + 2
-    k = k + 1
     local key = KEYS[k]
     local text = WRITTEN[key]
     if text == nil then
       text = values[k]
     end
-    local st = q.alg.load(key, q, now, text)
+    local body, sig = split_state(text or nil)
+    local st = q.alg.load(key, q, now, body)
+    carried[i] = false
+    if st and sig and sig ~= q.sig and q.alg.rescale then
+      local old = sig_numbers(sig)
+      if old then
+        st = q.alg.rescale(old, q, st, now)
+        carried[i] = st ~= nil
+      end
+    end
     items[i], costs[i], sts[i] = q, cost, st
     if check then
-      local ok, remaining, reset, retry, delay, lease = q.alg.eval(q, st, now, cost)
+      local ok, remaining, reset, retry, delay, lease
+      local capacity = q.limit
+      if q.code >= 4 and q.code <= 6 then
+        capacity = q.burst
+      end
+      if cost > capacity then
+        -- Over the capacity of the key's override (the request was checked against the
+        -- policy's): never admissible for this key; denied, the state as a read sees it
+        -- (sluicegate-core StoreShard::evaluate).
+        ok, remaining, reset = q.alg.eval(q, st, now, 0)
+        ok, retry, delay, lease = 0, max(reset, 1), 0, 0
+      else
+        ok, remaining, reset, retry, delay, lease = q.alg.eval(q, st, now, cost)
+      end
       ok, remaining, reset, retry, delay = penalize(key, q, now, ok, remaining, reset, retry, delay)
       if ok ~= 1 then
         lease = 0
@@ -106,20 +143,25 @@ for _ = 1, requests do
       end
       out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5] = ok, remaining, reset, retry, delay
       out[o + 6] = lease or 0
-      o = o + 6
+      out[o + 7] = q.rlimit
+      o = o + 7
     end
   end
   for i = 1, n do
     local cost = costs[i]
-    if cost > 0 then
-      local q = items[i]
-      local key = KEYS[k - n + i]
-      if not check then
-        q.alg.refund(key, q, sts[i], now, cost)
-      elseif allowed and oks[i] then
-        q.alg.commit(key, q, sts[i], now, cost)
-      end
+    local q = items[i]
+    local key = KEYS[k - n + i]
+    SIG = q.sig
+    if cost > 0 and not check then
+      q.alg.refund(key, q, sts[i], now, cost)
+    elseif cost > 0 and allowed and oks[i] then
+      q.alg.commit(key, q, sts[i], now, cost)
+    elseif carried[i] and check then
+      -- A state carried over to new numbers is written back under them at once, with the
+      -- TTL they give it: the old numbers' TTL may end before the state does.
+      q.alg.commit(key, q, sts[i], now, 0)
     end
   end
 end
+out[#out + 1] = now
 return out

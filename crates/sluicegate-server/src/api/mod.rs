@@ -1,4 +1,5 @@
-//! The decision API's handlers: `/v1/check`, `/v1/limits`, `/v1/policies`, health, OpenAPI.
+//! The decision API's handlers: `/v1/check`, `/v1/limits`, `/v1/overrides`, `/v1/policies`,
+//! health, OpenAPI.
 
 pub mod admin;
 pub mod check;
@@ -6,7 +7,10 @@ pub mod error;
 pub mod health;
 pub mod limits;
 pub mod openapi;
+pub mod overrides;
 pub mod policies;
+pub mod settle;
+pub mod token;
 pub mod types;
 
 pub use error::{ApiError, ErrorBody};
