@@ -43,5 +43,7 @@ pub use memory::MemoryStore;
 pub use overrides::{Override, OverrideSpec};
 pub use policy::{AlgorithmKind, CountingKey, MAX_PERIOD, Mode, OnStoreError, Policy, PolicyError};
 pub use spec::PolicySpec;
-pub use store::{BoxFuture, CheckRequest, KeyedCheck, Lease, Store, StoreError};
+pub use store::{
+    BoxFuture, CheckRequest, KeyedCheck, Lease, Settled, Settlement, Store, StoreError,
+};
 pub use verdict::{NoObserver, Outcome, PolicyDecision, Verdict, VerdictObserver};

@@ -195,6 +195,40 @@ pub struct Lease {
     pub cost: u64,
 }
 
+/// A reservation being settled: the real cost of a request admitted earlier (see
+/// [`Store::settle`]).
+#[derive(Debug, Clone, Copy)]
+pub struct Settlement<'a> {
+    /// The policies the admitted request consumed from.
+    pub policies: &'a [Arc<Policy>],
+    /// Each policy's `remaining` right after admission (same order; see
+    /// [`Admitted::remaining`](crate::algorithm::Admitted::remaining)).
+    pub remaining: &'a [u64],
+    /// The client key.
+    pub key: &'a str,
+    /// The cost taken at admission.
+    pub estimate: u64,
+    /// The real cost.
+    pub real: u64,
+    /// When the request was admitted, by the store's clock ([`Verdict::at`]).
+    pub admitted_at: crate::clock::Micros,
+    /// After this (store's clock) the reservation can no longer be settled.
+    pub expires_at: crate::clock::Micros,
+    /// Names the reservation: a store settles one id once, until `expires_at`.
+    pub id: &'a str,
+}
+
+/// What became of a [`Settlement`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Settled {
+    /// The real cost is now in every policy.
+    Done,
+    /// This reservation was settled before: nothing changed.
+    Replayed,
+    /// Its time has passed: nothing changed.
+    Expired,
+}
+
 /// Why a store could not decide.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum StoreError {
@@ -355,6 +389,22 @@ pub trait Store: Send + Sync + 'static {
         )))))
     }
 
+    /// Sets the real cost of an admitted request in every policy it consumed from (see
+    /// [`Algorithm::settle`](crate::algorithm::Algorithm::settle) for what that means per
+    /// algorithm), once per [`Settlement::id`], atomically with marking the id settled.
+    ///
+    /// The default answers [`StoreError::Unsupported`].
+    fn settle<'a>(
+        &'a self,
+        settlement: Settlement<'a>,
+    ) -> BoxFuture<'a, Result<Settled, StoreError>> {
+        let _ = settlement;
+        Box::pin(std::future::ready(Err(StoreError::Unsupported(format!(
+            "the {} store cannot settle reservations",
+            self.kind()
+        )))))
+    }
+
     /// Forgets a key's state under one policy.
     fn reset<'a>(
         &'a self,
@@ -453,6 +503,12 @@ impl<S: Store + ?Sized> Store for Arc<S> {
         key: &'a str,
     ) -> BoxFuture<'a, Result<(), StoreError>> {
         (**self).reset(policy, key)
+    }
+    fn settle<'a>(
+        &'a self,
+        settlement: Settlement<'a>,
+    ) -> BoxFuture<'a, Result<Settled, StoreError>> {
+        (**self).settle(settlement)
     }
     fn set_override<'a>(
         &'a self,

@@ -82,6 +82,10 @@ pub struct Verdict {
     pub delay: Micros,
     /// One entry per policy, in request order.
     pub decisions: Vec<PolicyDecision>,
+    /// When the store decided, by the store's clock (µs since the epoch; the Redis
+    /// server's `TIME` on Redis). 0 when no store decided (a store failure). A reservation
+    /// records it, so a later settle finds the window the request was admitted in.
+    pub at: Micros,
 }
 
 impl PolicyDecision {
@@ -146,6 +150,7 @@ impl Verdict {
             allowed,
             delay,
             decisions,
+            at: 0,
         }
     }
 
@@ -171,6 +176,7 @@ impl Verdict {
                 policy,
                 decision,
             }],
+            at: 0,
         }
     }
 
@@ -251,6 +257,7 @@ impl Verdict {
             allowed: decisions.iter().all(|d| !d.is_enforced_denial()),
             delay: 0,
             decisions,
+            at: 0,
         }
     }
 

@@ -130,6 +130,19 @@ pub fn placed_state_key(
     key
 }
 
+/// The one-time marker of a settled reservation `id` of `client_key`: in the client key's
+/// hash slot, so the settle script touches one slot. `}!` never follows the tag in a state
+/// key (which has `}:`), so a marker is never a state.
+pub(crate) fn settle_marker_key(prefix: &str, client_key: &str, id: &str) -> String {
+    let mut key = String::with_capacity(prefix.len() + client_key.len() + id.len() + 16);
+    key.push_str(prefix);
+    key.push_str(":{");
+    escape_into(&mut key, client_key);
+    key.push_str("}!settled:");
+    escape_into(&mut key, id);
+    key
+}
+
 #[cfg(test)]
 mod tests {
     use std::collections::HashSet;

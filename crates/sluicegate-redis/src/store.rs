@@ -8,8 +8,8 @@ use redis::Script;
 use redis::cluster_routing::Slot;
 use sluicegate_core::store::check_key;
 use sluicegate_core::{
-    BoxFuture, CheckRequest, KeyedCheck, Lease, Micros, Override, Policy, Store, StoreError,
-    Verdict,
+    BoxFuture, CheckRequest, KeyedCheck, Lease, Micros, Override, Policy, Settled, Settlement,
+    Store, StoreError, Verdict,
 };
 use tokio::sync::{Notify, mpsc, oneshot};
 use tokio::task::JoinHandle;
@@ -18,10 +18,12 @@ use crate::cache::DenyCache;
 use crate::coalesce::{Job, QUEUE_DEPTH, dispatch};
 use crate::config::{RedisConfig, RedisStoreError};
 use crate::conn::Target;
-use crate::keys::{override_key, placed_state_key, state_key};
+use crate::keys::{override_key, placed_state_key, settle_marker_key, state_key};
 use crate::link::{Link, unavailable};
 use crate::range::params;
-use crate::script::{Item, Op, entry_script, invocation, verdicts};
+use crate::script::{
+    Item, Op, entry_script, invocation, settle_invocation, settle_script, verdicts,
+};
 
 /// The key health probes write, `<prefix>:probe` (a one-second TTL).
 fn probe_key(prefix: &str) -> String {
@@ -60,6 +62,8 @@ pub(crate) struct Inner {
     link: Link,
     prefix: String,
     script: Script,
+    /// Reserve then settle (`settle.lua`).
+    settle_script: Script,
     cache: Option<DenyCache>,
     /// Standalone only: single decisions go through the coalescing dispatcher.
     queue: Option<mpsc::Sender<Job>>,
@@ -113,6 +117,7 @@ impl RedisStore {
             link: Link::new(target, config.timeout, probe_key(&config.key_prefix)),
             prefix: config.key_prefix.clone(),
             script: entry_script(),
+            settle_script: settle_script(),
             cache: config.local_cache.then(DenyCache::default),
             queue,
         });
@@ -180,6 +185,17 @@ impl RedisStore {
         now: Micros,
     ) -> Vec<Result<Verdict, StoreError>> {
         self.inner.check_batch(requests, Some(now)).await
+    }
+
+    #[cfg(feature = "test-util")]
+    /// Test hook (`test-util` feature only): [`Store::settle`] at `now` (µs).
+    #[doc(hidden)]
+    pub async fn settle_at(
+        &self,
+        settlement: Settlement<'_>,
+        now: Micros,
+    ) -> Result<Settled, StoreError> {
+        self.inner.settle(settlement, Some(now)).await
     }
 
     #[cfg(feature = "test-util")]
@@ -447,6 +463,36 @@ impl Inner {
         .map(|_| ())
     }
 
+    /// One script call (`settle.lua`): the marker `SET NX` and every policy's settle, in
+    /// the client key's slot.
+    async fn settle(&self, s: Settlement<'_>, now: Option<Micros>) -> Result<Settled, StoreError> {
+        CheckRequest::new(s.policies, s.key, 0).validate()?;
+        if s.remaining.len() != s.policies.len() {
+            return Err(StoreError::NoPolicy);
+        }
+        let items = self.items(s.policies.iter().map(|p| (p, s.key, 0)))?;
+        if let Some(cache) = &self.cache {
+            for item in &items {
+                cache.forget(&item.key);
+            }
+        }
+        let items: Vec<(Item, u64)> = items.into_iter().zip(s.remaining.iter().copied()).collect();
+        let marker = settle_marker_key(&self.prefix, s.key, s.id);
+        let invocation = settle_invocation(&self.settle_script, now, &marker, &items, &s);
+        let reply: i64 = self
+            .link
+            .run(move |mut conn| async move { invocation.invoke_async(&mut conn).await })
+            .await?;
+        match reply {
+            0 => Ok(Settled::Done),
+            1 => Ok(Settled::Replayed),
+            2 => Ok(Settled::Expired),
+            other => Err(StoreError::Internal(format!(
+                "unexpected reply from the settle script: {other}"
+            ))),
+        }
+    }
+
     /// Frees each lease with one `ZREM` of its member (see `concurrency.lua`): atomic on
     /// its own, from any instance, and a no-op for a lease already freed or expired.
     async fn release(&self, leases: &[Lease]) -> Result<(), StoreError> {
@@ -640,6 +686,10 @@ impl Store for RedisStore {
         key: &'a str,
     ) -> BoxFuture<'a, Result<(), StoreError>> {
         Box::pin(self.inner.reset(policy, key))
+    }
+
+    fn settle<'a>(&'a self, s: Settlement<'a>) -> BoxFuture<'a, Result<Settled, StoreError>> {
+        Box::pin(self.inner.settle(s, None))
     }
 
     fn set_override<'a>(

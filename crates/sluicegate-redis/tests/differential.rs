@@ -1,8 +1,8 @@
 //! The Redis scripts against the core algorithms: the same random sequences of requests,
 //! at the same (test-driven) times, must get identical verdicts from the Redis store and
 //! the in-memory store, for every algorithm and mode, single and multi-policy, including
-//! refunds, resets, zero-cost reads and numbers large enough to need the exact
-//! multiply-divide path.
+//! refunds, settles of reservations (reserve then settle), resets, zero-cost reads and
+//! numbers large enough to need the exact multiply-divide path.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -11,7 +11,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use sluicegate_core::{
     AlgorithmKind, CheckRequest, KeyedCheck, ManualClock, MemoryStore, Mode, Override, Policy,
-    Store,
+    Settled, Settlement, Store, Verdict,
 };
 use sluicegate_redis::RedisStore;
 use sluicegate_testkit::{RedisServer, redis};
@@ -90,6 +90,7 @@ async fn run(redis: &RedisStore, seed: u64, policies: Vec<Arc<Policy>>, steps: u
     let keys = [format!("client-{seed}"), format!("other-{seed}")];
     let capacity = policies.iter().map(|p| p.capacity()).min().unwrap();
     let shortest = policies.iter().map(|p| p.period()).min().unwrap();
+    let mut reserved: Vec<Reserved> = Vec::new();
     for step in 0..steps {
         clock.advance(Duration::from_micros(time_step(&mut rng, shortest)));
         let now = clock_now(&clock);
@@ -114,13 +115,89 @@ async fn run(redis: &RedisStore, seed: u64, policies: Vec<Arc<Policy>>, steps: u
                 memory.refund(chosen, key, cost).await.unwrap();
                 redis.refund_at(chosen, key, cost, now).await.unwrap();
             }
+            3..=6 if !reserved.is_empty() => {
+                let r = reserved.swap_remove(rng.random_range(0..reserved.len()));
+                let real = match rng.random_range(0..4) {
+                    0 => 0,
+                    1 => r.estimate + rng.random_range(0..=capacity * 3),
+                    _ => rng.random_range(0..=capacity),
+                };
+                let id = format!("{seed}-{step}");
+                let settlement = Settlement {
+                    policies: &r.policies,
+                    remaining: &r.remaining,
+                    key: &r.key,
+                    estimate: r.estimate,
+                    real,
+                    admitted_at: r.at,
+                    expires_at: now + 1_000_000_000,
+                    id: &id,
+                };
+                let context = format!("{context} settle {r:?} real {real}");
+                assert_eq!(
+                    memory.settle(settlement).await,
+                    Ok(Settled::Done),
+                    "{context}"
+                );
+                assert_eq!(
+                    redis.settle_at(settlement, now).await,
+                    Ok(Settled::Done),
+                    "{context}"
+                );
+                // Settled once: a replay changes nothing, in both stores.
+                assert_eq!(
+                    memory.settle(settlement).await,
+                    Ok(Settled::Replayed),
+                    "{context}"
+                );
+                assert_eq!(
+                    redis.settle_at(settlement, now).await,
+                    Ok(Settled::Replayed),
+                    "{context}"
+                );
+            }
             _ => {
                 let request = CheckRequest::new(chosen, key, cost);
                 let expected = memory.check(request).await.unwrap();
                 let got = redis.check_at(request, now).await.unwrap();
                 assert_eq!(got, expected, "{context}");
+                if let Some(r) = Reserved::of(&expected, key, cost) {
+                    reserved.push(r);
+                }
             }
         }
+    }
+}
+
+/// An admitted decision to settle later: what a reservation carries.
+#[derive(Debug)]
+struct Reserved {
+    policies: Vec<Arc<Policy>>,
+    remaining: Vec<u64>,
+    key: String,
+    estimate: u64,
+    at: u64,
+}
+
+impl Reserved {
+    /// The policies `verdict` consumed from (concurrency aside), if any.
+    fn of(verdict: &Verdict, key: &str, cost: u64) -> Option<Reserved> {
+        let (policies, remaining): (Vec<_>, Vec<_>) = verdict
+            .decisions
+            .iter()
+            .enumerate()
+            .filter(|(i, d)| {
+                verdict.consumes(*i) && d.policy.algorithm() != AlgorithmKind::Concurrency
+            })
+            .map(|(_, d)| (Arc::clone(&d.policy), d.decision.remaining))
+            .unzip();
+        (cost > 0 && !policies.is_empty()).then(|| Reserved {
+            policies,
+            remaining,
+            key: key.to_owned(),
+            estimate: cost,
+            at: verdict.at,
+        })
     }
 }
 

@@ -17,6 +17,8 @@ use crate::state::AppState;
 pub fn router(state: AppState) -> Router {
     Router::new()
         .route("/v1/check", post(api::check::check))
+        .route("/v1/settle", post(api::settle::settle))
+        .route("/v1/release", post(api::settle::release))
         .route(
             "/v1/limits/{policy}/{key}",
             get(api::limits::get_limit).delete(api::limits::delete_limit),

@@ -127,6 +127,8 @@ pub struct AppState {
     pub wait_queue: Arc<WaitQueue>,
     /// Pools by name, kept across reloads.
     pub pools: PoolRegistry,
+    /// Signs tokens when no `server.reservation_secret` is set: a random key of this process.
+    random_signer: Arc<crate::api::token::Signer>,
     /// The (policy, key) pairs the config's `[[overrides]]` last wrote to the store.
     config_overrides: Arc<Mutex<Vec<(String, String)>>>,
 }
@@ -153,12 +155,22 @@ impl AppState {
             envoy: sluicegate_envoy::SharedConfig::default(),
             pools,
             envoy_print: Arc::default(),
+            random_signer: Arc::new(crate::api::token::Signer::random()),
             config_overrides: Arc::default(),
         };
         state
             .reload_envoy()
             .map_err(|errors| format!("[envoy]: {errors}"))?;
         Ok(state)
+    }
+
+    /// What signs and verifies reservations and leases under `runtime`'s configuration:
+    /// `server.reservation_secret`, else this process's random key.
+    pub fn signer(&self, runtime: &Runtime) -> Arc<crate::api::token::Signer> {
+        match &runtime.config.server.reservation_secret {
+            Some(secret) => Arc::new(crate::api::token::Signer::new(secret.as_bytes())),
+            None => Arc::clone(&self.random_signer),
+        }
     }
 
     /// The current configuration snapshot.
@@ -264,6 +276,11 @@ impl AppState {
         let mut keep = self.runtime().config.policies.clone();
         keep.extend(self.envoy.policies());
         self.retain(&keep);
+    }
+
+    /// The in-memory store, when that is the store.
+    pub fn memory(&self) -> Option<Arc<MemoryStore>> {
+        self.memory.clone()
     }
 
     fn retain(&self, keep: &[Arc<Policy>]) {

@@ -24,8 +24,12 @@ pub struct OpenedStore {
 pub async fn open(config: &StoreConfig) -> Result<OpenedStore, String> {
     match config.backend {
         Backend::Memory => {
-            let memory =
-                Arc::new(MemoryStore::new(config.max_keys).with_max_memory(config.max_memory));
+            let fresh = || MemoryStore::new(config.max_keys).with_max_memory(config.max_memory);
+            let memory = match &config.snapshot {
+                Some(path) => crate::snapshot::restore(fresh(), path, fresh),
+                None => fresh(),
+            };
+            let memory = Arc::new(memory);
             Ok(OpenedStore {
                 store: Arc::new(Timed::new(Arc::clone(&memory))),
                 memory: Some(memory),
@@ -140,6 +144,12 @@ impl<S: Store> Store for Timed<S> {
         key: &'a str,
     ) -> BoxFuture<'a, Result<(), StoreError>> {
         self.inner.reset(policy, key)
+    }
+    fn settle<'a>(
+        &'a self,
+        settlement: sluicegate_core::Settlement<'a>,
+    ) -> BoxFuture<'a, Result<sluicegate_core::Settled, StoreError>> {
+        self.inner.settle(settlement)
     }
     fn set_override<'a>(
         &'a self,

@@ -163,6 +163,8 @@ impl Algorithm for Concurrency {
         }
     }
 
+    /// Nothing to settle: a lease is freed by [`Algorithm::release`], not by a cost.
+    fn settle(&self, _: &mut Self::State, _: Micros, _: super::Admitted, _: u64) {}
     fn rescale(&self, _from: &Self, state: &Self::State, _now: Micros) -> Self::State {
         // Leases in flight stay held (and keep their expiry).
         state.clone()

@@ -115,6 +115,25 @@ impl Algorithm for FixedWindow {
         }
     }
 
+    fn settle(&self, state: &mut Self::State, now: Micros, a: super::Admitted, real: u64) {
+        let (at, estimate) = (a.at, a.estimate);
+        let window = self.window(now).0;
+        if self.window(at).0 != window {
+            return; // admitted in a window that has ended: nothing to change
+        }
+        let count = self.count_at(state, window);
+        let count = if real < estimate {
+            count.saturating_sub(estimate - real)
+        } else {
+            count.max(
+                count
+                    .saturating_add(real - estimate)
+                    .min(self.limit.saturating_mul(2)),
+            )
+        };
+        *state = FixedWindowState { window, count };
+    }
+
     fn rescale(&self, from: &Self, state: &Self::State, now: Micros) -> Self::State {
         if from.period == self.period && from.calendar == self.calendar {
             return *state;

@@ -107,6 +107,25 @@ impl Algorithm for Gcra {
         state.tat = state.tat.saturating_sub(self.interval(cost));
     }
 
+    fn settle(&self, state: &mut Self::State, now: Micros, a: super::Admitted, real: u64) {
+        if real < a.estimate {
+            let elapsed = i128::from(now.saturating_sub(a.at));
+            let left = a.shortfall_left(i128::from(self.tolerance), i128::from(self.unit), elapsed);
+            let give = i128::from(self.interval(a.estimate - real)).min(left);
+            if give > 0 {
+                state.tat = state.tat.saturating_sub(give as Micros);
+            }
+            return;
+        }
+        let charged = state
+            .tat
+            .max(now)
+            .saturating_add(self.interval(real - a.estimate));
+        // At most one capacity of debt: the TAT stays within two tolerances of now.
+        let bound = now.saturating_add(self.tolerance.saturating_mul(2));
+        state.tat = state.tat.max(charged.min(bound));
+    }
+
     fn rescale(&self, from: &Self, state: &Self::State, now: Micros) -> Self::State {
         if from.unit == self.unit {
             return *state;

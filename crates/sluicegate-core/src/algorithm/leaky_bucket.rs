@@ -125,6 +125,26 @@ impl Algorithm for LeakyBucket {
         state.last = now.max(state.last);
     }
 
+    fn settle(&self, state: &mut Self::State, now: Micros, a: super::Admitted, real: u64) {
+        let level = self.level_at(state, now);
+        let p = u128::from(self.period);
+        let level = if real < a.estimate {
+            let drained = i128::from(now.saturating_sub(a.at)) * i128::from(self.limit);
+            let left = a.shortfall_left(self.capacity() as i128, p as i128, drained);
+            let give = (u128::from(a.estimate - real) * p).min(left.max(0) as u128);
+            if give == 0 {
+                return;
+            }
+            level.saturating_sub(give)
+        } else {
+            let charged = level + u128::from(real - a.estimate) * p;
+            // At most one capacity of debt: the water stays within twice the bucket.
+            level.max(charged.min(2 * self.capacity()))
+        };
+        state.level = sat(level);
+        state.last = now.max(state.last);
+    }
+
     fn rescale(&self, from: &Self, state: &Self::State, now: Micros) -> Self::State {
         if from.period == self.period && from.limit == self.limit {
             return *state;

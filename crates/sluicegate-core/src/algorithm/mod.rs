@@ -69,6 +69,27 @@ pub trait Algorithm: Send + Sync + 'static {
     /// Never leaves the state fuller than a fresh key.
     fn refund(&self, state: &mut Self::State, now: Micros, cost: u64);
 
+    /// Sets the real cost `real` of a request admitted at `admitted_at` (the store's time)
+    /// that took `estimate` (reserve then settle): gives the difference back, or charges
+    /// the excess. The rules, the same in every store (the Lua scripts mirror them):
+    /// - buckets and GCRA give back as a refund and charge into debt;
+    /// - windows change the count of the window the request was admitted in, only while it
+    ///   is still the current one (the sliding log: its logged entry, while it is live);
+    /// - a charge never takes a key past twice its capacity (`burst`, or `limit` for
+    ///   windows): the debt a settle can leave is at most one full capacity, which keeps
+    ///   every number in the stores' exact range;
+    /// - concurrency has nothing to settle (its lease is released instead).
+    ///
+    /// Settling never leaves a state more permissive than charging `real` at admission
+    /// would have (proven by the `prop_settle` tests). For the buckets and GCRA that bounds
+    /// a refund: had the real cost been charged, the bucket could have refilled to full
+    /// meanwhile and wasted refill that a refund now would hand out again. So a bucket gives
+    /// back at most what it was short of full right after admission (known from `remaining`,
+    /// the decision's whole requests left, and from `estimate`) less the refill since: a
+    /// key near its limit gets its difference back, a key far from it (that would not have
+    /// been limited anyway) gets back what it could not have used.
+    fn settle(&self, state: &mut Self::State, now: Micros, admitted: Admitted, real: u64);
+
     /// The time from which `state` is indistinguishable from a fresh key, and may be dropped.
     fn idle_at(&self, state: &Self::State) -> Micros;
 
@@ -93,6 +114,29 @@ pub trait Algorithm: Send + Sync + 'static {
     fn release(&self, state: &mut Self::State, now: Micros, expires_at: Micros, cost: u64) -> bool {
         let _ = (state, now, expires_at, cost);
         false
+    }
+}
+
+/// What a reservation knows of its admission, for [`Algorithm::settle`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Admitted {
+    /// When it was admitted (the store's clock).
+    pub at: Micros,
+    /// The cost taken.
+    pub estimate: u64,
+    /// The decision's `remaining` right after.
+    pub remaining: u64,
+}
+
+impl Admitted {
+    /// A lower bound of how far below full (scaled units, `unit` a request) a bucket was
+    /// right after this admission, less `refilled` units since: at least the estimate, and
+    /// more than `capacity - (remaining + 1) × unit`. Homogeneous in the scale, so the
+    /// scripts' reduced units (limit and period divided by their gcd) give the same answer.
+    pub fn shortfall_left(&self, capacity: i128, unit: i128, refilled: i128) -> i128 {
+        let estimate = i128::from(self.estimate) * unit;
+        let short = capacity - (i128::from(self.remaining) + 1) * unit;
+        estimate.max(short) - refilled
     }
 }
 

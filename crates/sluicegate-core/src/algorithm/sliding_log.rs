@@ -14,6 +14,9 @@ use super::{Algorithm, Quota};
 use crate::clock::Micros;
 use crate::decision::Decision;
 
+/// The most entries logged after a settled request whose running totals a refund rewrites.
+pub const MAX_SETTLE_SHIFT: usize = 64;
+
 /// The sliding log.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SlidingLog {
@@ -148,6 +151,38 @@ impl Algorithm for SlidingLog {
             if take == entry_cost {
                 state.entries.pop_back();
             }
+        }
+    }
+
+    /// The request's logged entry is the last one at or before `at`. A charge is logged as
+    /// a new entry now (it then counts a little longer than the admitted entry would: never
+    /// more permissive); a refund lowers the admitted entry, and with it the running totals
+    /// of the entries after it, at most [`MAX_SETTLE_SHIFT`] of them (beyond that nothing is
+    /// given back, so the work stays bounded, as in the script).
+    fn settle(&self, state: &mut Self::State, now: Micros, a: super::Admitted, real: u64) {
+        let (at, estimate) = (a.at, a.estimate);
+        let first = self.first_live(state, now);
+        let found = state.entries.partition_point(|&(t, _)| t <= at);
+        if found == 0 || found - 1 < first {
+            return; // the admitted entry has left the window (or was never logged)
+        }
+        let i = found - 1;
+        let used = state.last_total().wrapping_sub(state.total_before(first));
+        if real > estimate {
+            // At most one capacity of debt: the logged cost stays within twice the limit.
+            let take = (real - estimate).min(self.limit.saturating_mul(2).saturating_sub(used));
+            if take > 0 {
+                self.consume(state, now, take);
+            }
+            return;
+        }
+        if state.entries.len() - 1 - i > MAX_SETTLE_SHIFT {
+            return;
+        }
+        let own = state.entries[i].1.wrapping_sub(state.total_before(i));
+        let give = (estimate - real).min(own);
+        for entry in state.entries.iter_mut().skip(i) {
+            entry.1 = entry.1.wrapping_sub(give);
         }
     }
 

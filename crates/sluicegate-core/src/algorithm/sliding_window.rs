@@ -136,6 +136,30 @@ impl Algorithm for SlidingWindow {
         }
     }
 
+    /// The count of the window the request was admitted in changes: the current one, or
+    /// the previous one, which still weighs in the estimate.
+    fn settle(&self, state: &mut Self::State, now: Micros, a: super::Admitted, real: u64) {
+        let (at, estimate) = (a.at, a.estimate);
+        let window = now / self.period;
+        let (mut previous, mut current) = Self::at_window(state, window);
+        let count = match window - (at / self.period).min(window) {
+            0 => &mut current,
+            1 => &mut previous,
+            _ => return, // admitted in a window that no longer counts
+        };
+        *count = if real < estimate {
+            count.saturating_sub(estimate - real)
+        } else {
+            let charged = count.saturating_add(real - estimate);
+            (*count).max(charged.min(self.limit.saturating_mul(2)))
+        };
+        *state = SlidingWindowState {
+            window,
+            previous,
+            current,
+        };
+    }
+
     fn rescale(&self, from: &Self, state: &Self::State, now: Micros) -> Self::State {
         if from.period == self.period {
             return *state;

@@ -129,6 +129,28 @@ impl Algorithm for TokenBucket {
         state.last = now.max(state.last).max(1);
     }
 
+    fn settle(&self, state: &mut Self::State, now: Micros, a: super::Admitted, real: u64) {
+        let p = i128::from(self.period);
+        let tokens = self.tokens_at(state, now);
+        let tokens = if real < a.estimate {
+            let refilled = i128::from(now.saturating_sub(a.at)) * i128::from(self.limit);
+            let give = (i128::from(a.estimate - real) * p).min(a.shortfall_left(
+                self.capacity(),
+                p,
+                refilled,
+            ));
+            if give <= 0 || state.last == 0 {
+                return;
+            }
+            (tokens + give).min(self.capacity())
+        } else {
+            // At most one capacity of debt (see Algorithm::settle).
+            (tokens - i128::from(real - a.estimate) * p).max(tokens.min(-self.capacity()))
+        };
+        state.tokens = i64::try_from(tokens).unwrap_or(i64::MIN);
+        state.last = now.max(state.last).max(1);
+    }
+
     fn rescale(&self, from: &Self, state: &Self::State, now: Micros) -> Self::State {
         if state.last == 0 || from == self {
             return *state;

@@ -51,10 +51,12 @@
 
 mod fingerprint;
 mod keyed;
+mod persist;
 mod raw;
 mod registry;
 mod shard;
 mod siphash;
+mod snapshot;
 mod typed;
 
 use std::sync::Arc;
@@ -65,7 +67,9 @@ use crate::clock::{Clock, Micros, SystemClock};
 use crate::decision::Decision;
 use crate::overrides::Override;
 use crate::policy::Policy;
-use crate::store::{BoxFuture, CheckRequest, KeyedCheck, Lease, Store, StoreError};
+use crate::store::{
+    BoxFuture, CheckRequest, KeyedCheck, Lease, Settled, Settlement, Store, StoreError,
+};
 use crate::verdict::Verdict;
 
 use fingerprint::{Fingerprint, KeyHasher};
@@ -73,6 +77,7 @@ use registry::{PolicyRef, Registry};
 use shard::{Padded, StoreShard, Target, shard_cap, shard_count};
 
 pub use keyed::KeyedLimiter;
+pub use snapshot::{SnapshotError, SnapshotInfo, SnapshotWriter};
 
 /// Default bound on tracked keys.
 pub const DEFAULT_MAX_KEYS: usize = 1_000_000;
@@ -106,6 +111,8 @@ pub struct MemoryStore<C: Clock = SystemClock> {
     hasher: KeyHasher,
     registry: Registry,
     shards: Box<[Padded<Mutex<StoreShard>>]>,
+    /// Reservations settled, until they expire (id → expiry), at most `max_keys`.
+    settled: Mutex<std::collections::HashMap<String, Micros>>,
 }
 
 impl MemoryStore<SystemClock> {
@@ -132,6 +139,7 @@ impl<C: Clock> MemoryStore<C> {
                     Padded(Mutex::new(StoreShard::new(cap, usize::MAX)))
                 })
                 .collect(),
+            settled: Mutex::default(),
         }
     }
 
@@ -238,7 +246,8 @@ impl<C: Clock> MemoryStore<C> {
         let numbers = shard.resolve(&target, now);
         target.numbers = numbers.as_deref();
         let decision = shard.evaluate(target, now, item.cost);
-        let verdict = Verdict::combine_one(Arc::clone(item.policy), decision);
+        let mut verdict = Verdict::combine_one(Arc::clone(item.policy), decision);
+        verdict.at = now;
         if verdict.consumes(0) {
             shard.commit(target, now, item.cost, &decision, &|_, _| false);
         }
@@ -295,7 +304,8 @@ impl<C: Clock> MemoryStore<C> {
                 (Arc::clone(item.policy), d, item.cost)
             })
             .collect();
-        let verdict = Verdict::combine(decided);
+        let mut verdict = Verdict::combine(decided);
+        verdict.at = now;
         let decided = verdict.decisions.iter().map(|d| &d.decision);
         for (i, (((item, (r, fp, s)), decision), numbers)) in items
             .iter()
@@ -389,6 +399,57 @@ impl<C: Clock> MemoryStore<C> {
         freed
     }
 
+    /// [`Store::settle`], synchronously. The ids settled are kept until they expire, at
+    /// most `max_keys` of them: when that many unexpired ones are kept, a new settle is
+    /// refused (an outage, so the estimate stays charged) rather than forgetting an id,
+    /// which would let it be replayed.
+    pub fn settle_now(&self, s: Settlement<'_>) -> Result<Settled, StoreError> {
+        CheckRequest::new(s.policies, s.key, 0).validate()?;
+        if s.remaining.len() != s.policies.len() {
+            return Err(StoreError::NoPolicy);
+        }
+        let now = self.clock.now();
+        if now >= s.expires_at {
+            return Ok(Settled::Expired);
+        }
+        {
+            let mut settled = self.settled.lock();
+            if settled.get(s.id).is_some_and(|until| *until > now) {
+                return Ok(Settled::Replayed);
+            }
+            if settled.len() >= self.max_keys {
+                settled.retain(|_, until| *until > now);
+                if settled.len() >= self.max_keys {
+                    return Err(StoreError::Unavailable(
+                        "too many reservations settled recently".into(),
+                    ));
+                }
+            }
+            settled.insert(s.id.to_owned(), s.expires_at);
+        }
+        let fp = self.hasher.fingerprint(s.key);
+        let mut shard = self.shards[self.shard_of(fp)].lock();
+        for (policy, &remaining) in s.policies.iter().zip(s.remaining) {
+            let r = self.registry.get_or_add(policy);
+            let mut target = Target {
+                r,
+                policy,
+                fp,
+                numbers: None,
+            };
+            // A key with its own limit settles under its own numbers.
+            let numbers = shard.resolve(&target, now);
+            target.numbers = numbers.as_deref();
+            let admitted = crate::algorithm::Admitted {
+                at: s.admitted_at,
+                estimate: s.estimate,
+                remaining,
+            };
+            shard.settle(target, now, admitted, s.real);
+        }
+        Ok(Settled::Done)
+    }
+
     fn reset_now(&self, policy: &Policy, key: &str) {
         if let Some(r) = self.registry.get(policy) {
             let fp = self.hasher.fingerprint(key);
@@ -466,6 +527,10 @@ impl<C: Clock> Store for MemoryStore<C> {
     fn release<'a>(&'a self, leases: &'a [Lease]) -> BoxFuture<'a, Result<(), StoreError>> {
         self.release_now(leases);
         Box::pin(std::future::ready(Ok(())))
+    }
+
+    fn settle<'a>(&'a self, s: Settlement<'a>) -> BoxFuture<'a, Result<Settled, StoreError>> {
+        Box::pin(std::future::ready(self.settle_now(s)))
     }
 
     fn reset<'a>(

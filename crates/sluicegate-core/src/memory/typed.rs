@@ -1,12 +1,13 @@
 //! [`TypedTable`]: one policy's [`RawTable`] together with its algorithm, behind the
 //! object-safe [`PolicyTable`] so that one store shard can hold every policy's states.
 
-use crate::algorithm::{Algorithm, Quota};
+use crate::algorithm::{Admitted, Algorithm, Quota};
 use crate::clock::Micros;
 use crate::decision::Decision;
 use crate::policy::Policy;
 
 use super::fingerprint::Fingerprint;
+use super::persist::{Persist, put_u64};
 use super::raw::RawTable;
 
 /// One policy's states in one shard, whatever its algorithm.
@@ -35,6 +36,17 @@ pub(crate) trait PolicyTable: Send {
     ) -> bool;
     /// Gives back `cost` for `fp`, if tracked.
     fn refund(&mut self, fp: Fingerprint, numbers: Numbers<'_>, now: Micros, cost: u64);
+    /// Settles a request of `fp` admitted at `at` (see [`Algorithm::settle`]), inserting
+    /// `fp` when a charge finds it untracked; returns whether it was inserted. The caller
+    /// has made room for an insertion.
+    fn settle(
+        &mut self,
+        fp: Fingerprint,
+        numbers: Numbers<'_>,
+        now: Micros,
+        admitted: Admitted,
+        real: u64,
+    ) -> bool;
     /// Frees the lease `(expires_at, cost)` of `fp` (concurrency); returns whether it did.
     fn release(
         &mut self,
@@ -65,6 +77,19 @@ pub(crate) trait PolicyTable: Send {
     fn allocated_bytes(&self) -> usize;
     /// Bytes held: the slots and what the states keep on the heap (sliding logs, leases).
     fn bytes(&self) -> usize;
+    /// Appends every entry (fingerprint, state) to a snapshot; returns how many.
+    fn save(&self, out: &mut Vec<u8>) -> u32;
+    /// Reads one entry's state from a snapshot and keeps it under `fp` unless it expired by
+    /// `now` (not asked for a `pinned` key, whose override's numbers date it), or the table
+    /// is full, or `fp` is already there; `None` when the bytes are not a state of this
+    /// algorithm.
+    fn load_entry(
+        &mut self,
+        fp: Fingerprint,
+        input: &mut &[u8],
+        now: Micros,
+        pinned: bool,
+    ) -> Option<bool>;
 }
 
 /// The numbers a key's state is kept and decided under: `None` for the table's own (its
@@ -106,7 +131,10 @@ pub(crate) fn table_for(policy: &Policy, max_len: usize) -> Box<dyn PolicyTable>
         as Box<dyn PolicyTable>)
 }
 
-impl<A: Algorithm + From<Quota>> PolicyTable for TypedTable<A> {
+impl<A: Algorithm + From<Quota>> PolicyTable for TypedTable<A>
+where
+    A::State: Persist,
+{
     fn evaluate(
         &mut self,
         fp: Fingerprint,
@@ -157,6 +185,30 @@ impl<A: Algorithm + From<Quota>> PolicyTable for TypedTable<A> {
             });
             self.raw.note_idle_at(idle);
         }
+    }
+
+    fn settle(
+        &mut self,
+        fp: Fingerprint,
+        numbers: Numbers<'_>,
+        now: Micros,
+        admitted: Admitted,
+        real: u64,
+    ) -> bool {
+        let owned;
+        let alg = alg_for!(self, numbers, owned);
+        let (i, inserted) = match self.raw.find(fp) {
+            Some(i) => (i, false),
+            // An untracked key is a full one: nothing to give back, a charge starts it.
+            None if real > admitted.estimate => (self.raw.insert(fp), true),
+            None => return false,
+        };
+        let idle = self.raw.update(i, |state| {
+            alg.settle(state, now, admitted, real);
+            alg.idle_at(state)
+        });
+        self.raw.note_idle_at(idle);
+        inserted
     }
 
     fn release(
@@ -235,6 +287,38 @@ impl<A: Algorithm + From<Quota>> PolicyTable for TypedTable<A> {
 
     fn bytes(&self) -> usize {
         self.raw.bytes()
+    }
+
+    fn save(&self, out: &mut Vec<u8>) -> u32 {
+        let mut n = 0;
+        self.raw.for_each(|fp, state| {
+            put_u64(out, fp.bits());
+            state.put(out);
+            n += 1;
+        });
+        n
+    }
+
+    fn load_entry(
+        &mut self,
+        fp: Fingerprint,
+        input: &mut &[u8],
+        now: Micros,
+        pinned: bool,
+    ) -> Option<bool> {
+        let state = A::State::take(input)?;
+        let idle = if pinned {
+            Micros::MAX
+        } else {
+            self.alg.idle_at(&state)
+        };
+        if idle <= now || self.raw.is_full() || self.raw.find(fp).is_some() {
+            return Some(false);
+        }
+        let i = self.raw.insert(fp);
+        self.raw.update(i, |slot| *slot = state);
+        self.raw.note_idle_at(idle);
+        Some(true)
     }
 }
 

@@ -34,14 +34,41 @@ local function cdiv(a, b)
   return q
 end
 
--- ceil(a * b / c) for integers a >= 0, b >= 0, c > 0: exact while a * b stays within
--- 2^53 (any numbers of a real limit change), else as close as doubles get.
+-- ceil(a * b / c) exactly, for integers a, b >= 0, 0 < c < 2^51, whose result is below
+-- 2^53, even when a * b is not representable (a settled debt can take a bucket to twice
+-- its capacity, and the core's arithmetic is exact): binary long multiplication keeps the
+-- running product as q * c + r with r < c, so nothing exceeds 2^53.
 local function scale_up(a, b, c)
   local p = a * b
   if p <= EXACT then
     return cdiv(p, c)
   end
-  return ceil(a / c * b)
+  local bq = idiv(b, c)
+  local br = b - bq * c
+  local bits = {}
+  local x = a
+  while x > 0 do
+    local bit = x % 2
+    bits[#bits + 1] = bit
+    x = (x - bit) / 2
+  end
+  local q, r = 0, 0
+  for i = #bits, 1, -1 do
+    q, r = q * 2, r * 2
+    if r >= c then
+      q, r = q + 1, r - c
+    end
+    if bits[i] == 1 then
+      q, r = q + bq, r + br
+      if r >= c then
+        q, r = q + 1, r - c
+      end
+    end
+  end
+  if r > 0 then
+    return q + 1
+  end
+  return q
 end
 
 -- Integers as decimal text: tostring() would print 1.7e+15 and lose digits. Lua 5.1

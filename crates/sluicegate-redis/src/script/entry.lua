@@ -21,7 +21,8 @@
 -- Reply to "check": per item 7 integers: allowed (0/1), remaining, reset_after µs,
 -- retry_after µs (-1: none), delay µs, lease (concurrency: when the lease the item takes
 -- if the request goes ahead expires, µs since the epoch; else 0), and the limit that
--- applied (the key's override's, else the policy's).
+-- applied (the key's override's, else the policy's); then, once at the end, the
+-- script's time in µs (a reservation records when it was admitted).
 --
 -- Overrides: a key's own numbers under a policy live in "<state key without its
 -- algorithm tag>:override" (same hash tag, so the same slot), read in the same MGET as
@@ -162,4 +163,5 @@ for _ = 1, requests do
     end
   end
 end
+out[#out + 1] = now
 return out

@@ -66,6 +66,37 @@ local function fixed_window()
     put_or_forget(key, fmt(st[1]) .. ' ' .. fmt(count), idle_at, now)
   end
 
+  -- Reserve then settle (core Algorithm::settle): the count changes only while the
+  -- window the request was admitted in is the current one; at most twice the limit.
+  function M.settle(key, q, st, now, a, real)
+    local window, wend = window_of(q, now)
+    local start
+    if q.bounds then
+      start = wend
+      for i = 2, #q.bounds do
+        if q.bounds[i] == wend then
+          start = q.bounds[i - 1]
+        end
+      end
+    else
+      start = window * q.period
+    end
+    if a.at < start or a.at >= wend then
+      return
+    end
+    local count = count_in(st, window)
+    if real < a.estimate then
+      count = max(count - (a.estimate - real), 0)
+    else
+      count = max(count, min(count + (real - a.estimate), 2 * q.limit))
+    end
+    local idle_at = 0
+    if count > 0 then
+      idle_at = wend
+    end
+    put_or_forget(key, fmt(window) .. ' ' .. fmt(count), idle_at, now)
+  end
+
   -- Numbers changed (sluicegate-core FixedWindow::rescale): the count of the window still
   -- running under the old numbers moves to the window holding `now`.
   function M.rescale(old, q, st, now)

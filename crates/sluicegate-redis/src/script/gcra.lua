@@ -56,6 +56,33 @@ local function gcra()
     put_or_forget(key, fmt(tat), tat, now)
   end
 
+  -- Reserve then settle (core Algorithm::settle), in µs: a refund is bounded by how far
+  -- ahead the TAT was after admission less the time since; a charge moves the TAT on, at
+  -- most two tolerances past now.
+  function M.settle(key, q, st, now, a, real)
+    local unit = q.limit
+    local tolerance = q.burst * unit
+    if real < a.estimate then
+      if not st then
+        return
+      end
+      local left = max(a.estimate * unit, tolerance - (a.remaining + 1) * unit) - max(now - a.at, 0)
+      local give = min((a.estimate - real) * unit, left)
+      if give > 0 then
+        local tat = max(st[1] - give, 0)
+        put_or_forget(key, fmt(tat), tat, now)
+      end
+      return
+    end
+    local tat = 0
+    if st then
+      tat = st[1]
+    end
+    local excess = min(real - a.estimate, 2 * q.burst)
+    tat = max(tat, min(max(tat, now) + excess * unit, now + 2 * tolerance))
+    put_or_forget(key, fmt(tat), tat, now)
+  end
+
   -- Numbers changed (sluicegate-core Gcra::rescale): how far the TAT is ahead, in
   -- emission intervals, is kept (rounded up).
   function M.rescale(old, q, st, now)

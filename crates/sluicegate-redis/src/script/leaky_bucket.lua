@@ -78,6 +78,31 @@ local function leaky_bucket()
     store(key, q, st, now, max(level_at(q, st, now) - cost * q.period, 0))
   end
 
+  -- Reserve then settle (core Algorithm::settle): a refund is bounded by the water
+  -- poured by admission less what drained since; a charge pours, up to twice the bucket.
+  function M.settle(key, q, st, now, a, real)
+    local p = q.period
+    local cap = q.burst * p
+    local level = level_at(q, st, now)
+    if real < a.estimate then
+      if not st then
+        return
+      end
+      local short = max(a.estimate * p, cap - (a.remaining + 1) * p)
+      local elapsed = max(now - a.at, 0)
+      if elapsed >= cdiv(short, q.limit) then
+        return
+      end
+      local give = min((a.estimate - real) * p, short - elapsed * q.limit)
+      if give > 0 then
+        store(key, q, st, now, max(level - give, 0))
+      end
+      return
+    end
+    local excess = min(real - a.estimate, 2 * q.burst)
+    store(key, q, st, now, max(level, min(level + excess * p, 2 * cap)))
+  end
+
   -- Numbers changed (sluicegate-core LeakyBucket::rescale): the water is kept (rounded up).
   function M.rescale(old, q, st, now)
     if old.period == q.period and old.limit == q.limit then

@@ -16,7 +16,8 @@ use crate::range::Params;
 /// The entry script from its parts: shared helpers, the seven algorithms, the clock, the
 /// dispatcher; `$clock` is the clock file(s).
 macro_rules! entry_source {
-    ($($clock:literal),+) => {
+    ($($clock:literal),+) => { entry_source!(@ "entry.lua"; $($clock),+) };
+    (@ $entry:literal; $($clock:literal),+) => {
         concat!(
             include_str!("common.lua"),
             "\n",
@@ -35,7 +36,7 @@ macro_rules! entry_source {
             include_str!("concurrency.lua"),
             "\n",
             $(include_str!($clock), "\n",)+
-            include_str!("entry.lua"),
+            include_str!($entry),
         )
     };
 }
@@ -48,6 +49,64 @@ pub(crate) const SOURCE: &str = entry_source!("clock.lua");
 /// differential tests. The `test-util` feature is enabled by dev-dependencies only.
 #[cfg(feature = "test-util")]
 pub(crate) const SOURCE: &str = entry_source!("clock.lua", "test_clock.lua");
+
+/// The settle script (reserve then settle, `settle.lua`): the same algorithms and clock.
+#[cfg(not(feature = "test-util"))]
+pub(crate) const SETTLE_SOURCE: &str = entry_source!(@ "settle.lua"; "clock.lua");
+
+/// The settle script of test builds (see [`SOURCE`]).
+#[cfg(feature = "test-util")]
+pub(crate) const SETTLE_SOURCE: &str = entry_source!(@ "settle.lua"; "clock.lua", "test_clock.lua");
+
+/// The compiled settle script.
+pub(crate) fn settle_script() -> Script {
+    Script::new(SETTLE_SOURCE)
+}
+
+/// One settle script call: `marker` is the reservation's one-time key, `items` the
+/// policies' state keys with each policy's `remaining` after admission.
+pub(crate) fn settle_invocation<'s>(
+    script: &'s Script,
+    now: Option<Micros>,
+    marker: &str,
+    items: &[(Item, u64)],
+    s: &sluicegate_core::Settlement<'_>,
+) -> ScriptInvocation<'s> {
+    let mut inv = script.prepare_invoke();
+    match now {
+        Some(now) => inv.arg(now),
+        None => inv.arg(""),
+    };
+    // Beyond 2^50 over the estimate every rule's cap decides; the scripts stay exact.
+    let real = s
+        .real
+        .min(s.estimate.saturating_add(crate::range::EXACT_BOUND));
+    inv.key(marker)
+        .arg(s.expires_at)
+        .arg(s.admitted_at)
+        .arg(s.estimate)
+        .arg(real);
+    let host_now =
+        now.unwrap_or_else(|| sluicegate_core::Clock::now(&sluicegate_core::SystemClock));
+    for (item, remaining) in items {
+        let p = &item.params;
+        inv.key(&item.key)
+            .arg(p.code)
+            .arg(p.limit)
+            .arg(p.period)
+            .arg(p.burst)
+            .arg(*remaining)
+            .arg(item.policy.limit())
+            .arg(item.policy.period())
+            .arg(crate::keys::zone_tag(&item.policy));
+        let bounds = calendar_bounds(&item.policy, host_now);
+        inv.arg(bounds.len());
+        for b in bounds {
+            inv.arg(b);
+        }
+    }
+    inv
+}
 
 /// Integers the script returns per item of a check.
 const REPLY_WIDTH: usize = 7;
@@ -158,14 +217,20 @@ fn bad_reply(what: &str) -> StoreError {
 
 /// Turns the script's reply into one verdict per request, in order.
 pub(crate) fn verdicts(requests: &[&[Item]], reply: &[i64]) -> Result<Vec<Verdict>, StoreError> {
-    let expected: usize = requests.iter().map(|r| r.len() * REPLY_WIDTH).sum();
+    let expected: usize = requests
+        .iter()
+        .map(|r| r.len() * REPLY_WIDTH)
+        .sum::<usize>()
+        + 1;
     if reply.len() != expected {
         return Err(bad_reply(&format!(
             "{} integers, expected {expected}",
             reply.len()
         )));
     }
-    let mut chunks = reply.chunks_exact(REPLY_WIDTH);
+    // The script's time closes the reply.
+    let at = u64::try_from(reply[expected - 1]).map_err(|_| bad_reply("negative time"))?;
+    let mut chunks = reply[..expected - 1].chunks_exact(REPLY_WIDTH);
     let mut out = Vec::with_capacity(requests.len());
     for items in requests {
         let mut decided = Vec::with_capacity(items.len());
@@ -185,7 +250,9 @@ pub(crate) fn verdicts(requests: &[&[Item]], reply: &[i64]) -> Result<Vec<Verdic
             };
             decided.push((Arc::clone(&item.policy), decision, item.cost));
         }
-        out.push(Verdict::combine(decided));
+        let mut verdict = Verdict::combine(decided);
+        verdict.at = at;
+        out.push(verdict);
     }
     Ok(out)
 }
@@ -209,5 +276,7 @@ mod tests {
         ] {
             assert!(SOURCE.contains(name), "{name} missing");
         }
+        assert!(SETTLE_SOURCE.contains("function M.settle"));
+        assert!(SETTLE_SOURCE.contains("'NX'"));
     }
 }

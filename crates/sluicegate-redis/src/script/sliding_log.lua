@@ -140,5 +140,49 @@ local function sliding_log()
     end
   end
 
+  -- Reserve then settle (core Algorithm::settle): the admitted entry is the last live one
+  -- at or before the admission. A charge is logged as a new entry now (at most twice the
+  -- limit in the window); a refund lowers the entry and the running totals after it, when
+  -- at most MAX_SETTLE_SHIFT (64) entries follow it.
+  function M.settle(key, q, st, now, a, real)
+    if not st then
+      return
+    end
+    local lo, hi, found = st.first, st.len - 1, -1
+    while lo <= hi do
+      local mid = floor((lo + hi) / 2)
+      if entry(redis.call('LINDEX', key, mid)) <= a.at then
+        found = mid
+        lo = mid + 1
+      else
+        hi = mid - 1
+      end
+    end
+    if found < 0 then
+      return
+    end
+    if real > a.estimate then
+      local take = min(real - a.estimate, max(2 * q.limit - (st.last_cum - st.base), 0))
+      if take > 0 then
+        M.commit(key, q, st, now, take)
+      end
+      return
+    end
+    if st.len - 1 - found > 64 then
+      return
+    end
+    local _, _, own = entry(redis.call('LINDEX', key, found))
+    local give = min(a.estimate - real, own)
+    if give == 0 then
+      return
+    end
+    for i = found, st.len - 1 do
+      local at, cum, cost = entry(redis.call('LINDEX', key, i))
+      if i == found then
+        cost = cost - give
+      end
+      redis.call('LSET', key, i, fmt(at) .. ' ' .. fmt(cum - give) .. ' ' .. fmt(cost))
+    end
+  end
   return M
 end

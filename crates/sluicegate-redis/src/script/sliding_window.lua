@@ -127,6 +127,28 @@ local function sliding_window()
     put_or_forget(key, text(st[1], st[2], current), idle_at(q, st[1], st[2], current), now)
   end
 
+  -- Reserve then settle (core Algorithm::settle): the count of the window the request
+  -- was admitted in changes, the current or the previous one; at most twice the limit.
+  function M.settle(key, q, st, now, a, real)
+    local window = idiv(now, q.period)
+    local previous, current = at_window(st, window)
+    local function settled(count)
+      if real < a.estimate then
+        return max(count - (a.estimate - real), 0)
+      end
+      return max(count, min(count + (real - a.estimate), 2 * q.limit))
+    end
+    local back = window - idiv(a.at, q.period)
+    if back <= 0 then
+      current = settled(current)
+    elseif back == 1 then
+      previous = settled(previous)
+    else
+      return
+    end
+    put_or_forget(key, text(window, previous, current), idle_at(q, window, previous, current), now)
+  end
+
   -- Numbers changed (sluicegate-core SlidingWindow::rescale): both counts, as they stand
   -- at `now`, move to the windows around `now`.
   function M.rescale(old, q, st, now)

@@ -112,6 +112,33 @@ local function token_bucket()
     store(key, q, st, now, min(tokens_at(q, st, now) + cost * q.period, q.burst * q.period))
   end
 
+  -- Reserve then settle (core Algorithm::settle): `a` is the admission {at, estimate,
+  -- remaining}. A refund is bounded by what the bucket was short of full after admission
+  -- less the refill since; a charge goes into debt, at most one capacity.
+  function M.settle(key, q, st, now, a, real)
+    local p = q.period
+    local cap = q.burst * p
+    local tokens = tokens_at(q, st, now)
+    if real < a.estimate then
+      if not st then
+        return
+      end
+      local short = max(a.estimate * p, cap - (a.remaining + 1) * p)
+      local elapsed = max(now - a.at, 0)
+      if elapsed >= cdiv(short, q.limit) then
+        return
+      end
+      local give = min((a.estimate - real) * p, short - elapsed * q.limit)
+      if give > 0 then
+        store(key, q, st, now, min(tokens + give, cap))
+      end
+      return
+    end
+    -- Beyond two capacities the floor below decides anyway; the cap keeps products exact.
+    local excess = min(real - a.estimate, 2 * q.burst)
+    store(key, q, st, now, max(tokens - excess * p, min(tokens, -cap)))
+  end
+
   -- Numbers changed (sluicegate-core TokenBucket::rescale): the used amount (capacity
   -- minus tokens, debt included) is kept (rounded up).
   function M.rescale(old, q, st, now)

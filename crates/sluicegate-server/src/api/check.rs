@@ -50,9 +50,19 @@ pub async fn check(
             return Ok(Json(check_batch(&state, &runtime, batch).await?).into_response());
         }
     };
+    if body.reserve && body.cost == 0 {
+        return Err(ApiError::invalid(
+            "reserve needs a cost of at least 1 (the estimate charged now)",
+        ));
+    }
     let policies = resolve(&runtime, &body.policy)?;
     let verdict = decide(&state, &policies, &body.key, body.cost).await?;
-    Ok(respond(&runtime, &verdict, body.policy.is_list()))
+    let Some(mut answer) = CheckResponse::from_verdict(&verdict, body.policy.is_list()) else {
+        return Err(ApiError::invalid("the request names no policy"));
+    };
+    let signer = state.signer(&runtime);
+    super::settle::attach(&signer, &runtime, &verdict, &body, &mut answer);
+    Ok(with_headers(&runtime, &verdict, answer))
 }
 
 /// A parsed `/v1/check` body.
@@ -158,7 +168,12 @@ pub fn respond(runtime: &Runtime, verdict: &Verdict, list: bool) -> Response {
     let Some(body) = CheckResponse::from_verdict(verdict, list) else {
         return ApiError::invalid("the request names no policy").into_response();
     };
-    let mut response = Json(body).into_response();
+    with_headers(runtime, verdict, body)
+}
+
+/// `answer` as JSON with the rate-limit headers of `verdict`.
+fn with_headers(runtime: &Runtime, verdict: &Verdict, answer: CheckResponse) -> Response {
+    let mut response = Json(answer).into_response();
     // Also `Retry-After` on a denial.
     write_headers(&runtime.header_sets, verdict, response.headers_mut());
     response
@@ -180,6 +195,11 @@ async fn check_batch(
     let mut valid: Vec<(usize, Vec<Arc<Policy>>, CheckBody)> = Vec::new();
     for (i, value) in batch.requests.into_iter().enumerate() {
         let parsed = parse_entry(value).and_then(|body| {
+            if body.reserve {
+                return Err(ApiError::invalid(
+                    "reserve is not available in a batch; send the request alone",
+                ));
+            }
             let policies = resolve(runtime, &body.policy)?;
             CheckRequest::new(&policies, &body.key, body.cost)
                 .validate()
@@ -199,10 +219,15 @@ async fn check_batch(
         .map(|(_, policies, body)| CheckRequest::new(policies, &body.key, body.cost))
         .collect();
     let decided = state.decider.check_batch(&requests).await;
+    let signer = state.signer(runtime);
     for ((i, _, body), decided) in valid.iter().zip(decided) {
         results[*i] = match decided {
             Ok(decided) => CheckResponse::from_verdict(&decided.verdict, body.policy.is_list())
-                .map(BatchEntry::Decided),
+                .map(|mut answer| {
+                    let verdict = &decided.verdict;
+                    super::settle::attach(&signer, runtime, verdict, body, &mut answer);
+                    BatchEntry::Decided(answer)
+                }),
             Err(e) => {
                 if !e.is_bad_request() {
                     tracing::error!(error = %e, "store could not decide; failing closed");

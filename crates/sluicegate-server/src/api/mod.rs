@@ -9,6 +9,8 @@ pub mod limits;
 pub mod openapi;
 pub mod overrides;
 pub mod policies;
+pub mod settle;
+pub mod token;
 pub mod types;
 
 pub use error::{ApiError, ErrorBody};

@@ -8,7 +8,7 @@ use utoipa::{Modify, OpenApi};
 
 use super::types::{
     BatchBody, BatchEntry, BatchResponse, CheckBody, CheckResponse, Health, PoliciesResponse,
-    PolicyInfo, PolicyNames, PolicyResult,
+    PolicyInfo, PolicyNames, PolicyResult, ReleaseBody, SettleBody,
 };
 
 use crate::config::ForwardAuthSource;
@@ -20,6 +20,8 @@ use crate::state::AppState;
     info(title = "Sluicegate decision API", description = "Rate-limit decisions, admin and health endpoints of the sluicegate server."),
     paths(
         super::check::check,
+        super::settle::settle,
+        super::settle::release,
         super::limits::get_limit,
         super::limits::delete_limit,
         super::overrides::put_override,
@@ -31,7 +33,7 @@ use crate::state::AppState;
         crate::forward_auth::forward_auth,
     ),
     components(schemas(
-        CheckBody, BatchBody, PolicyNames, CheckResponse, PolicyResult, BatchResponse, BatchEntry,
+        CheckBody, SettleBody, ReleaseBody, BatchBody, PolicyNames, CheckResponse, PolicyResult, BatchResponse, BatchEntry,
         PoliciesResponse, PolicyInfo, Health, super::ErrorBody, super::overrides::OverrideBody
     )),
     modifiers(&AdminToken),

@@ -19,6 +19,30 @@ pub struct CheckBody {
     #[serde(default = "one", deserialize_with = "whole_number")]
     #[schema(default = 1, minimum = 0)]
     pub cost: u64,
+    /// When admitted, answer a `reservation` to settle the real cost later
+    /// (`POST /v1/settle`). Needs a cost of at least 1.
+    #[serde(default)]
+    pub reserve: bool,
+}
+
+/// `POST /v1/settle` body.
+#[derive(Debug, Clone, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SettleBody {
+    /// The `reservation` of an admitted `/v1/check`.
+    pub reservation: String,
+    /// The request's real cost.
+    #[serde(deserialize_with = "whole_number")]
+    #[schema(minimum = 0)]
+    pub cost: u64,
+}
+
+/// `POST /v1/release` body.
+#[derive(Debug, Clone, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ReleaseBody {
+    /// The `lease` of an admitted `/v1/check` on a concurrency policy.
+    pub lease: String,
 }
 
 fn one() -> u64 {
@@ -175,6 +199,14 @@ pub struct CheckResponse {
     /// Present when `policy` was a list: one object per policy, in request order.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub policies: Option<Vec<PolicyResult>>,
+    /// An admitted decision on a concurrency policy: the lease to free with
+    /// `POST /v1/release` when the request ends (else it is freed when `lease` passes).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lease: Option<String>,
+    /// An admitted decision asked with `"reserve": true`: settle its real cost with
+    /// `POST /v1/settle`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reservation: Option<String>,
 }
 
 /// Microseconds to whole milliseconds, rounded up.
@@ -220,6 +252,8 @@ impl CheckResponse {
                     .map(PolicyResult::from_decision)
                     .collect()
             }),
+            lease: None,
+            reservation: None,
         })
     }
 }

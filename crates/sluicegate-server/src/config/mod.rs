@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use ipnet::IpNet;
 use sluicegate_core::Policy;
+use sluicegate_envoy::EnvoySection;
 use sluicegate_middleware::{ClientIpHeader, HeaderSet, RouteSpec};
 
 pub use diagnostic::{Diagnostic, Diagnostics};
@@ -39,7 +40,7 @@ pub struct Config {
     /// `[gateway]`: the reverse proxy, when configured.
     pub gateway: Option<GatewayConfig>,
     /// `[envoy]`: the Envoy rate limit service, when configured.
-    pub envoy: Option<EnvoyConfig>,
+    pub envoy: Option<EnvoySection>,
 }
 
 /// One `[[overrides]]` entry: `key`'s own numbers under the policy named `policy`.
@@ -82,7 +83,16 @@ pub struct ServerConfig {
     pub allow: Vec<IpNet>,
     /// Clients (CIDRs) always refused with 403 `forbidden`.
     pub deny: Vec<IpNet>,
+    /// Signs reservations and API leases (HMAC-SHA256). Instances sharing a Redis store
+    /// must share it so that one settles what another reserved; without it each process
+    /// signs with a random key of its own.
+    pub reservation_secret: Option<String>,
+    /// How long a reservation can be settled after its admission.
+    pub reservation_ttl: Duration,
 }
+
+/// Default of `server.reservation_ttl`.
+pub const DEFAULT_RESERVATION_TTL: Duration = Duration::from_secs(600);
 
 /// `server.header_read_timeout`, `idle_timeout`, `max_connections`: what one HTTP
 /// listener allows, so slow or idle clients cannot tie it up.
@@ -175,7 +185,15 @@ pub struct StoreConfig {
     pub max_keys: usize,
     /// Bound on the memory store's limiter state, bytes (sliding logs included).
     pub max_memory: usize,
+    /// Memory store: where its state is written on shutdown and every `snapshot_interval`,
+    /// and read back at start (resolved against the config file's directory).
+    pub snapshot: Option<std::path::PathBuf>,
+    /// How often the snapshot is written.
+    pub snapshot_interval: Duration,
 }
+
+/// Default of `store.snapshot_interval`.
+pub const DEFAULT_SNAPSHOT_INTERVAL: Duration = Duration::from_secs(30);
 
 /// Default of `store.max_memory`: 512 MiB.
 pub const DEFAULT_MAX_MEMORY: usize = 512 * 1024 * 1024;
@@ -227,10 +245,6 @@ pub struct GatewayConfig {
 
 /// Default of `gateway.upstream_timeout`.
 pub const DEFAULT_UPSTREAM_TIMEOUT: Duration = Duration::from_secs(30);
-
-/// `[envoy]` (listen, config, algorithm, `[[envoy.rules]]`): the Envoy crate's own model,
-/// so its options live in one place. `config` is resolved against the file's directory.
-pub type EnvoyConfig = sluicegate_envoy::EnvoySection;
 
 /// Command-line flags that override the file.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -330,7 +344,7 @@ impl Config {
             });
         }
         if let Some(listen) = overrides.envoy_listen {
-            let envoy = self.envoy.get_or_insert_with(EnvoyConfig::default);
+            let envoy = self.envoy.get_or_insert_with(EnvoySection::default);
             envoy.listen = Some(listen);
         }
         if self.store.backend == Backend::Redis
@@ -375,7 +389,8 @@ impl Config {
 }
 
 impl StoreConfig {
-    /// `memory (max_keys 1000000)`, `redis redis://… (prefix sluicegate, timeout 50ms)`.
+    /// `memory (max_keys 1000000, max_memory 536870912 bytes)`, `redis redis://… (prefix
+    /// sluicegate, timeout 50ms)`.
     pub fn describe(&self) -> String {
         match self.backend {
             Backend::Memory => format!(
@@ -445,7 +460,16 @@ pub use parse::parse_upstream;
 
 /// Parses and validates configuration text; `path` only labels the errors.
 pub fn load(text: &str, path: &Path) -> Result<Config, Diagnostics> {
-    parse::parse(text, path)
+    parse::parse(text, path).map(|(config, _)| config)
+}
+
+/// The `[[policies]]` of a configuration file as written (for `sluicegate simulate`, which
+/// lays its flags over them), read and validated by the same reader as `serve` and
+/// `validate`, so a mistake gets the same message, line and column.
+pub fn policy_specs(path: &Path) -> Result<Vec<sluicegate_core::PolicySpec>, Diagnostics> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| Diagnostics::single(path, format!("cannot read {}: {e}", path.display())))?;
+    parse::parse(&text, path).map(|(_, specs)| specs)
 }
 
 #[cfg(test)]
@@ -538,6 +562,49 @@ mod tests {
         }
         let config = load("[store]\nmax_memory = 1048576\n", Path::new("t.toml")).unwrap();
         assert_eq!(config.store.max_memory, 1 << 20);
+    }
+
+    #[test]
+    fn snapshot_is_for_memory_and_relative_to_the_file() {
+        let config = load(
+            "[store]\nsnapshot = \"state.bin\"\nsnapshot_interval = \"5s\"\n",
+            Path::new("/etc/sg/t.toml"),
+        )
+        .unwrap();
+        assert_eq!(config.store.snapshot, Some("/etc/sg/state.bin".into()));
+        assert_eq!(config.store.snapshot_interval, Duration::from_secs(5));
+        let text =
+            "[store]\nbackend = \"redis\"\nurl = \"redis://127.0.0.1/0\"\nsnapshot = \"s\"\n";
+        let diags = load(text, Path::new("t.toml")).unwrap_err();
+        assert_eq!(diags.errors[0].line, 4);
+        assert!(diags.to_string().contains("snapshot is for"), "{diags}");
+    }
+
+    #[test]
+    fn overrides_are_checked_against_their_policy() {
+        let head = "[[policies]]\nname = \"api\"\nalgorithm = \"fixed_window\"\nlimit = 10\nperiod = \"1d\"\n";
+        let ok = format!("{head}[[overrides]]\npolicy = \"api\"\nkey = \"c-1\"\nlimit = 100\n");
+        let config = load(&ok, Path::new("t.toml")).unwrap();
+        assert_eq!(config.overrides[0].value.limit, 100);
+        for (bad, reason) in [
+            (
+                "policy = \"nope\"\nkey = \"k\"\nlimit = 1",
+                "unknown policy",
+            ),
+            (
+                "policy = \"api\"\nkey = \"k\"\nlimit = 0",
+                "limit must be at least 1",
+            ),
+            ("policy = \"api\"\nkey = \"\"\nlimit = 5", "key must be"),
+            (
+                "policy = \"api\"\nkey = \"k\"\nlimit = 5\ncolor = 1",
+                "unknown field",
+            ),
+        ] {
+            let text = format!("{head}[[overrides]]\n{bad}\n");
+            let diags = load(&text, Path::new("t.toml")).unwrap_err();
+            assert!(diags.to_string().contains(reason), "{bad}: {diags}");
+        }
     }
 
     #[test]

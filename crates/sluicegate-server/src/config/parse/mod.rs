@@ -11,18 +11,18 @@ use std::time::Duration;
 use ipnet::IpNet;
 use serde::de::{DeserializeOwned, IntoDeserializer};
 use sluicegate_core::spec::parse_duration;
-use sluicegate_core::{
-    AlgorithmKind, MAX_PERIOD, Mode, OnStoreError, Policy, PolicyError, PolicySpec,
+use sluicegate_core::{AlgorithmKind, Mode, OnStoreError, Policy, PolicySpec};
+use sluicegate_middleware::{
+    ClientIpHeader, HeaderSet, KeySpec, RouteError, RouteField, RouteFieldError, RouteSpec,
 };
-use sluicegate_middleware::{ClientIpHeader, HeaderSet, KeySpec, RouteSpec, RouteTable};
 use toml::Spanned;
 use toml::de::{DeTable, DeValue};
 
 use super::diagnostic::Collector;
 use super::{
     Backend, Config, ConnectionLimits, DEFAULT_MAX_KEYS, DEFAULT_MAX_WAITING,
-    DEFAULT_UPSTREAM_TIMEOUT, Diagnostics, EnvoyConfig, ForwardAuthSource, GatewayConfig,
-    ServerConfig, StoreConfig,
+    DEFAULT_UPSTREAM_TIMEOUT, Diagnostics, ForwardAuthSource, GatewayConfig, ServerConfig,
+    StoreConfig,
 };
 
 mod overrides;
@@ -57,6 +57,8 @@ const SERVER: &[&str] = &[
     "max_waiting",
     "allow",
     "deny",
+    "reservation_secret",
+    "reservation_ttl",
 ];
 const STORE: &[&str] = &[
     "backend",
@@ -66,6 +68,8 @@ const STORE: &[&str] = &[
     "timeout",
     "max_keys",
     "max_memory",
+    "snapshot",
+    "snapshot_interval",
 ];
 const POLICY: &[&str] = &[
     "name",
@@ -117,7 +121,8 @@ const ENVOY: &[&str] = &[
 
 type Value<'i> = Spanned<DeValue<'i>>;
 
-pub(super) fn parse(text: &str, path: &Path) -> Result<Config, Diagnostics> {
+/// The configuration, and its policies as written.
+pub(super) fn parse(text: &str, path: &Path) -> Result<(Config, Vec<PolicySpec>), Diagnostics> {
     let mut c = Collector::new(text);
     let root = match DeTable::parse(text) {
         Ok(root) => root,
@@ -131,22 +136,22 @@ pub(super) fn parse(text: &str, path: &Path) -> Result<Config, Diagnostics> {
         defined: Vec::new(),
         concurrency_uses: Vec::new(),
         pools_defined: Vec::new(),
+        specs: Vec::new(),
     };
-    let root_span = root.span();
     let root = root.into_inner();
     r.unknown(&root, "the top level", TOP);
 
     let server = r.section(&root, "server").map(|(t, _)| t);
     let server = r.server(server);
     let store = r.section(&root, "store").map(|(t, _)| t);
-    let store = r.store(store);
+    let store = r.store(store, path);
     let policies = r.policies(root.get("policies"));
     if let Some(store) = &store {
         r.store_can_decide(store, &policies);
     }
     let overrides = r.overrides(root.get("overrides"), &policies, store.as_ref());
     let pools = r.pools(root.get("pools"));
-    let routes = r.routes(root.get("routes"), &policies, &pools, root_span.clone());
+    let routes = r.routes(root.get("routes"), &policies, &pools);
     let gateway = r
         .section(&root, "gateway")
         .and_then(|(t, s)| r.gateway(t, s));
@@ -161,16 +166,19 @@ pub(super) fn parse(text: &str, path: &Path) -> Result<Config, Diagnostics> {
         return Err(r.c.finish(path));
     }
     match (server, store) {
-        (Some(server), Some(store)) => Ok(Config {
-            server,
-            store,
-            policies: policies.into_iter().map(|(p, _)| p).collect(),
-            overrides,
-            routes,
-            pools,
-            gateway,
-            envoy,
-        }),
+        (Some(server), Some(store)) => Ok((
+            Config {
+                server,
+                store,
+                policies: policies.into_iter().map(|(p, _)| p).collect(),
+                overrides,
+                routes,
+                pools,
+                gateway,
+                envoy,
+            },
+            r.specs,
+        )),
         // Every `None` above recorded an error, so this is unreachable in practice; still a
         // clean error rather than a panic.
         _ => Err(Diagnostics::single(path, "invalid configuration".into())),
@@ -186,6 +194,8 @@ struct Reader<'t> {
     /// Every pool name in the file, valid pool or not (a route on an invalid pool is not
     /// reported again as naming an unknown one).
     pools_defined: Vec<String>,
+    /// Every valid policy as written.
+    specs: Vec<PolicySpec>,
 }
 
 impl Reader<'_> {

@@ -41,6 +41,8 @@ impl Reader<'_> {
             max_waiting: DEFAULT_MAX_WAITING,
             allow: Vec::new(),
             deny: Vec::new(),
+            reservation_secret: None,
+            reservation_ttl: super::super::DEFAULT_RESERVATION_TTL,
         };
         let Some(t) = table else {
             return Some(server);
@@ -69,25 +71,21 @@ impl Reader<'_> {
         }
         server.admin_token = self.token(t, "admin_token", "disable the admin endpoints");
         server.api_token = self.token(t, "api_token", "leave /v1 and /dashboard open");
-        if let Some(sets) = self.get::<Vec<Spanned<String>>>(t, "headers", what) {
-            let mut parsed = Vec::new();
-            for set in sets.into_inner() {
-                match set.get_ref().parse::<HeaderSet>() {
-                    Ok(h) if parsed.contains(&h) => self.c.error(
-                        set.span(),
-                        format!("header set {:?} listed twice", set.get_ref()),
-                    ),
-                    Ok(h) => parsed.push(h),
-                    Err(_) => self.c.error(
-                        set.span(),
-                        format!(
-                            "unknown header set {:?}; expected draft-6, ietf or legacy",
-                            set.get_ref()
-                        ),
-                    ),
-                }
+        if let Some(secret) = self.get::<String>(t, "reservation_secret", what) {
+            if secret.get_ref().len() < 16 {
+                self.c.error(
+                    secret.span(),
+                    "reservation_secret must be at least 16 bytes (it signs reservations and leases)",
+                );
+            } else {
+                server.reservation_secret = Some(secret.into_inner());
             }
-            server.headers = parsed;
+        }
+        if let Some(ttl) = self.duration(t, "reservation_ttl", what) {
+            server.reservation_ttl = ttl;
+        }
+        if let Some(sets) = self.header_sets(t) {
+            server.headers = sets;
         }
         if let Some(status) = self.get::<u64>(t, "forward_auth_deny_status", what) {
             if (400..=599).contains(status.get_ref()) {
@@ -101,6 +99,23 @@ impl Reader<'_> {
         }
         self.server_hardening(t, &mut server);
         Some(server)
+    }
+
+    /// `headers`: each set once, named as [`HeaderSet`] parses it.
+    fn header_sets(&mut self, t: &DeTable<'_>) -> Option<Vec<HeaderSet>> {
+        let sets = self.get::<Vec<Spanned<String>>>(t, "headers", "[server]")?;
+        let mut parsed = Vec::new();
+        for set in sets.into_inner() {
+            match set.get_ref().parse::<HeaderSet>() {
+                Ok(h) if parsed.contains(&h) => self.c.error(
+                    set.span(),
+                    format!("header set {:?} listed twice", set.get_ref()),
+                ),
+                Ok(h) => parsed.push(h),
+                Err(e) => self.c.error(set.span(), e.to_string()),
+            }
+        }
+        Some(parsed)
     }
 
     /// `client_ip_header`, `forward_auth_source` and the connection limits.
@@ -172,7 +187,11 @@ impl Reader<'_> {
         }
     }
 
-    pub(super) fn store(&mut self, table: Option<&DeTable<'_>>) -> Option<StoreConfig> {
+    pub(super) fn store(
+        &mut self,
+        table: Option<&DeTable<'_>>,
+        path: &Path,
+    ) -> Option<StoreConfig> {
         let mut store = StoreConfig {
             backend: Backend::Memory,
             url: None,
@@ -181,6 +200,8 @@ impl Reader<'_> {
             timeout: Duration::from_millis(50),
             max_keys: DEFAULT_MAX_KEYS,
             max_memory: crate::config::DEFAULT_MAX_MEMORY,
+            snapshot: None,
+            snapshot_interval: crate::config::DEFAULT_SNAPSHOT_INTERVAL,
         };
         let Some(t) = table else {
             return Some(store);
@@ -231,7 +252,30 @@ impl Reader<'_> {
         if let Some(max) = self.bytes(t, "max_memory", what) {
             store.max_memory = max;
         }
+        self.snapshot(t, path, &mut store);
         Some(store)
+    }
+
+    /// `snapshot` and `snapshot_interval`: the memory store's only (Redis keeps its state).
+    fn snapshot(&mut self, t: &DeTable<'_>, path: &Path, store: &mut StoreConfig) {
+        let what = "[store]";
+        if let Some(interval) = self.duration(t, "snapshot_interval", what) {
+            store.snapshot_interval = interval;
+        }
+        let Some(file) = self.get::<String>(t, "snapshot", what) else {
+            return;
+        };
+        if store.backend != Backend::Memory {
+            self.c.error(
+                file.span(),
+                "snapshot is for backend = \"memory\"; Redis keeps its own state",
+            );
+        } else if file.get_ref().trim().is_empty() {
+            self.c.error(file.span(), "snapshot must name a file");
+        } else {
+            let base = path.parent().unwrap_or_else(|| Path::new(""));
+            store.snapshot = Some(base.join(file.get_ref()));
+        }
     }
 
     pub(super) fn gateway(&mut self, t: &DeTable<'_>, span: Range<usize>) -> Option<GatewayConfig> {
@@ -269,7 +313,7 @@ impl Reader<'_> {
         t: &DeTable<'_>,
         file: &Path,
         policies: &[(Arc<Policy>, Range<usize>)],
-    ) -> EnvoyConfig {
+    ) -> sluicegate_envoy::EnvoySection {
         let what = "[envoy]";
         self.unknown(t, what, ENVOY);
         let listen = if t.get("listen").is_some() {
@@ -298,7 +342,7 @@ impl Reader<'_> {
             flag("quota"),
             flag("dynamic_metadata"),
         );
-        let section = EnvoyConfig {
+        let section = sluicegate_envoy::EnvoySection {
             listen,
             config,
             algorithm: algorithm.map(Spanned::into_inner),
@@ -352,7 +396,7 @@ impl Reader<'_> {
     /// Compiles the section as `sluicegate-envoy` will, so its errors show at load time.
     fn envoy_compiles(
         &mut self,
-        section: &EnvoyConfig,
+        section: &sluicegate_envoy::EnvoySection,
         policies: &[(Arc<Policy>, Range<usize>)],
         config_key: Option<&Spanned<String>>,
         rules: Option<&Spanned<Vec<sluicegate_envoy::RuleSpec>>>,
