@@ -640,7 +640,7 @@ const SCAN_LIMIT: usize = 16;
 
 impl RouteTable {
     /// Validates `specs`, resolving policy names with `lookup`; the first error is returned.
-    /// Use [`RouteTable::validate`] to get all of them.
+    /// Use [`RouteSpec::check`] to get all of them, each with its field.
     pub fn new(
         specs: &[RouteSpec],
         lookup: impl Fn(&str) -> Option<Arc<Policy>>,
@@ -651,21 +651,6 @@ impl RouteTable {
             .map(|(i, spec)| Route::new(spec, i, &lookup))
             .collect::<Result<Vec<_>, _>>()?;
         Ok(RouteTable::from_routes(routes))
-    }
-
-    /// Every error in `specs` (empty when they are all valid), with the route's index.
-    pub fn validate(
-        specs: &[RouteSpec],
-        lookup: impl Fn(&str) -> Option<Arc<Policy>>,
-    ) -> Vec<(usize, RouteError)> {
-        specs
-            .iter()
-            .enumerate()
-            .flat_map(|(i, spec)| {
-                let errors = spec.check(|name| lookup(name).is_some());
-                errors.into_iter().map(move |e| (i, e.error))
-            })
-            .collect()
     }
 
     /// A table of already validated routes.
@@ -893,15 +878,18 @@ mod tests {
         let toml_like: Result<RouteSpec, _> =
             serde_json::from_str(r#"{"path": "/", "policies": ["a"], "extra": 1}"#);
         assert!(toml_like.is_err());
-        let all = RouteTable::validate(
-            &[
-                RouteSpec::new("/ok", &["a"]),
-                RouteSpec::new("/x", &["missing"]),
-                RouteSpec::new("nope", &["a"]),
-            ],
-            lookup,
-        );
-        assert_eq!(all.iter().map(|(i, _)| *i).collect::<Vec<_>>(), [1, 2]);
+        let specs = [
+            RouteSpec::new("/ok", &["a"]),
+            RouteSpec::new("/x", &["missing"]),
+            RouteSpec::new("nope", &["a"]),
+        ];
+        let wrong: Vec<usize> = specs
+            .iter()
+            .enumerate()
+            .filter(|(_, spec)| !spec.check(|name| lookup(name).is_some()).is_empty())
+            .map(|(i, _)| i)
+            .collect();
+        assert_eq!(wrong, [1, 2]);
         let bad_key: Result<RouteSpec, _> =
             serde_json::from_str(r#"{"path": "/", "policies": ["a"], "key": "cookie:"}"#);
         assert!(bad_key.is_err());
