@@ -78,17 +78,10 @@ async fn serve(
     println!("sluicegate {} listening:", env!("CARGO_PKG_VERSION"));
     println!("  api http://{api_addr}");
     println!("  dashboard http://{api_addr}/dashboard");
-    let pools_of = state.clone();
-    let app = crate::app::router(state.clone()).merge(sluicegate_dashboard::router(
-        sluicegate_dashboard::Dashboard::new(dashboard)
-            .with_probe(Arc::clone(&state.store))
-            .with_pools(move || crate::dashboard::pool_rows(&pools_of)),
-    ));
-    let app = crate::app::guard(app, state.clone());
     let limits = config.server.connections;
     tasks.spawn(crate::conn::serve(
         api,
-        app,
+        api_app(&state, dashboard),
         limits,
         crate::conn::permits(&limits),
         stop_rx.clone(),
@@ -136,6 +129,21 @@ async fn serve(
         crate::snapshot::write_logged(memory, path, true).await;
     }
     served
+}
+
+/// The API listener's app: the decision API and the dashboard (which probes the same store
+/// and lists the pools), behind the API's guard.
+fn api_app(
+    state: &AppState,
+    dashboard: Arc<sluicegate_dashboard::DashboardObserver>,
+) -> axum::Router {
+    let pools_of = state.clone();
+    let app = crate::app::router(state.clone()).merge(sluicegate_dashboard::router(
+        sluicegate_dashboard::Dashboard::new(dashboard)
+            .with_probe(Arc::clone(&state.store))
+            .with_pools(move || crate::dashboard::pool_rows(&pools_of)),
+    ));
+    crate::app::guard(app, state.clone())
 }
 
 /// The store, the observers (metrics and the dashboard, which sees every verdict next to

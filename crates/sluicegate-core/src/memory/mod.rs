@@ -466,7 +466,9 @@ impl<C: Clock> MemoryStore<C> {
     }
 
     /// [`Store::set_override`], synchronously: `key`'s own numbers under `policy` from the
-    /// next decision on (`None` removes them); the key keeps what it has used.
+    /// next decision on (`None` removes them); the key keeps what it has used. Overrides
+    /// count against the store's bound: beyond a shard's share of `max_keys`, a new one is
+    /// refused ([`StoreError::Unsupported`]).
     pub fn set_override_now(
         &self,
         policy: &Arc<Policy>,
@@ -482,9 +484,15 @@ impl<C: Clock> MemoryStore<C> {
             fp,
             numbers: None,
         };
-        self.shards[self.shard_of(fp)]
-            .lock()
-            .set_override(&target, value, self.clock.now());
+        let kept =
+            self.shards[self.shard_of(fp)]
+                .lock()
+                .set_override(&target, value, self.clock.now());
+        if !kept {
+            return Err(StoreError::Unsupported(
+                "too many key overrides for this store's max_keys".into(),
+            ));
+        }
         Ok(())
     }
 

@@ -261,7 +261,19 @@ impl StoreShard {
 
     /// Sets (`Some`) or removes `t`'s key's override. The key keeps what it has used: its
     /// state is carried over to the new numbers when it is next decided.
-    pub(crate) fn set_override(&mut self, t: &Target<'_>, value: Option<Override>, now: Micros) {
+    /// Returns false, changing nothing, when a new override would take the shard beyond
+    /// its bound (`max_keys`' share: overrides are memory too).
+    pub(crate) fn set_override(
+        &mut self,
+        t: &Target<'_>,
+        value: Option<Override>,
+        now: Micros,
+    ) -> bool {
+        let held: usize = self.overrides.values().map(Vec::len).sum();
+        let new = !overridden(&self.overrides, t.policy.name(), t.fp);
+        if value.is_some() && new && held >= self.cap {
+            return false;
+        }
         // Bring the table to its policy's current numbers first (overridden keys excepted).
         self.table(&t.r, t.policy, now);
         let name = t.policy.name();
@@ -283,6 +295,7 @@ impl StoreShard {
         if list.is_empty() {
             self.overrides.remove(&t.fp);
         }
+        true
     }
 
     /// The override of `fp` under the policy named `name`.
