@@ -18,16 +18,22 @@ fi
 # libFuzzer's coverage guidance and Rust's own checks (debug assertions, overflow checks,
 # bounds) stay on.
 flags=(--sanitizer none --debug-assertions)
-cargo +nightly fuzz build "${flags[@]}"
+if ! cargo +nightly fuzz build "${flags[@]}"; then
+  echo "fuzz targets do not build"
+  exit 2
+fi
+bins=target/x86_64-unknown-linux-gnu/release
 scratch=$(mktemp -d)
 trap 'rm -rf "$scratch"' EXIT
 for target in "${targets[@]}"; do
-  mkdir -p "$scratch/$target"
+  mkdir -p "$scratch/$target" "artifacts/$target"
   log="$scratch/$target.log"
   echo "== $target: ${seconds}s"
-  if ! cargo +nightly fuzz run "${flags[@]}" "$target" "$scratch/$target" "corpus/$target" -- \
+  # The built binary, not `cargo fuzz run`: that would build again (and a source edited in
+  # the meantime would pass for a crash).
+  if ! "$bins/$target" "$scratch/$target" "corpus/$target" \
       -max_total_time="$seconds" -max_len=65536 -timeout=10 -rss_limit_mb=2048 \
-      -print_final_stats=1 >"$log" 2>&1; then
+      -print_final_stats=1 -artifact_prefix="artifacts/$target/" >"$log" 2>&1; then
     tail -n 40 "$log"
     echo "$target: FAILED (input in fuzz/artifacts/$target/)"
     exit 1

@@ -5,6 +5,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-test-deps.sh
+# Style rules a compiler does not check: no function over 80 lines in any crate's src/.
+bash scripts/long-fns.sh
 # The test kit (crates/sluicegate-testkit) fails, never skips, a test whose program is
 # missing when CI=true; this script installs them all, so it runs the tests that way.
 export CI=true
@@ -17,7 +19,15 @@ bash scripts/schemathesis.sh
 # workspace's (instrumented, release): a few minutes when cold.
 fuzz_seconds=${SLUICEGATE_FUZZ_SECONDS:-10}
 if [ "$fuzz_seconds" != 0 ] && cargo +nightly fuzz --version >/dev/null 2>&1; then
-  bash scripts/fuzz.sh "$fuzz_seconds"
+  # A crash fails the run; a nightly toolchain that cannot build the targets only warns
+  # (the same checks compiled and replayed on stable above).
+  rc=0
+  bash scripts/fuzz.sh "$fuzz_seconds" || rc=$?
+  if [ "$rc" = 2 ]; then
+    echo "warning: the fuzz targets did not build on this nightly; corpus replay only" >&2
+  elif [ "$rc" != 0 ]; then
+    exit "$rc"
+  fi
 else
   echo "cargo-fuzz on nightly not installed (or SLUICEGATE_FUZZ_SECONDS=0): corpus replay only"
 fi

@@ -106,12 +106,20 @@ impl Decider {
     /// answered by `on_store_error`); an outage of the store is answered by each policy's
     /// `on_store_error`. Observed unless `cost` is 0 (a read is not a decision).
     pub async fn check(&self, request: CheckRequest<'_>) -> Result<Decided, StoreError> {
-        let result = self.bounded(self.store.check(request)).await;
-        let decided = settle(result, || Verdict::store_failed(request.policies))?;
+        let decided = self.check_unobserved(request).await?;
         if request.cost > 0 {
             self.observer.observe(request.key, &decided.verdict);
         }
         Ok(decided)
+    }
+
+    /// [`Decider::check`] without telling the observer: for a caller that may still change
+    /// the verdict (the middleware refuses a delayed request when `max_waiting` is full)
+    /// and then calls [`Decider::observe`] with the final one, so that metrics count what
+    /// the client got.
+    pub async fn check_unobserved(&self, request: CheckRequest<'_>) -> Result<Decided, StoreError> {
+        let result = self.bounded(self.store.check(request)).await;
+        settle(result, || Verdict::store_failed(request.policies))
     }
 
     /// Decides independent requests in one store call; answers in request order, each as
@@ -148,7 +156,8 @@ impl Decider {
         })
     }
 
-    /// Tells the observer about a verdict decided through [`Decider::check_keyed`].
+    /// Tells the observer about a verdict decided through [`Decider::check_keyed`] or
+    /// [`Decider::check_unobserved`].
     pub fn observe(&self, key: &str, verdict: &Verdict) {
         self.observer.observe(key, verdict);
     }

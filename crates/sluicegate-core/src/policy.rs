@@ -183,6 +183,15 @@ pub enum PolicyError {
     /// `penalty` over [`MAX_PENALTY`].
     #[error("penalty must be at most 100 years")]
     PenaltyTooLong,
+    /// `penalty = "0s"`.
+    #[error("penalty must be longer than 0 (remove it for no penalty)")]
+    ZeroPenalty,
+    /// Neither `period` nor `calendar` on a rate algorithm.
+    #[error("missing field `period` (or `calendar`)")]
+    MissingPeriod,
+    /// Both `period` and `calendar`.
+    #[error("period and calendar = {0:?} both given; the calendar replaces the period")]
+    PeriodAndCalendar(String),
     /// The numbers overflow the 64-bit fixed-point arithmetic of the buckets.
     #[error(
         "{0} is too large: for token_bucket, leaky_bucket and gcra, burst × period (in µs) and, in delay mode, limit × max_delay must stay under 2^62"
@@ -434,42 +443,20 @@ impl PolicyBuilder {
     /// Validates and returns the policy.
     pub fn build(self) -> Result<Policy, PolicyError> {
         let p = self.policy;
-        let name_ok = !p.name.is_empty()
-            && p.name.len() <= 128
-            && p.name
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'));
-        if !name_ok {
-            return Err(PolicyError::InvalidName(p.name));
-        }
-        if p.limit == 0 {
-            return Err(PolicyError::ZeroLimit);
-        }
+        rule::name(&p.name)?;
+        rule::limit(p.limit)?;
         if p.algorithm.is_concurrency() {
-            if p.period == 0 {
-                return Err(PolicyError::ConcurrencyField("lease must be at least 1µs"));
-            }
+            rule::lease(p.period)?;
             if self.burst_set {
-                return Err(PolicyError::ConcurrencyField(
-                    "burst is not used by concurrency: limit is the number in flight",
-                ));
+                return Err(PolicyError::ConcurrencyField(rule::BURST_ON_CONCURRENCY));
             }
         }
-        if p.period == 0 {
-            return Err(PolicyError::ZeroPeriod);
+        rule::period(p.period)?;
+        rule::max_delay(p.max_delay)?;
+        if self.burst_set {
+            rule::burst(p.burst)?;
         }
-        if p.period > micros(MAX_PERIOD) {
-            return Err(PolicyError::TooLong("period"));
-        }
-        if p.max_delay > micros(MAX_PERIOD) {
-            return Err(PolicyError::TooLong("max_delay"));
-        }
-        if self.burst_set && p.burst == 0 {
-            return Err(PolicyError::ZeroBurst);
-        }
-        if p.mode == Mode::Delay && !p.algorithm.supports_delay() {
-            return Err(PolicyError::DelayOnWindow(p.algorithm));
-        }
+        rule::mode(p.mode, p.algorithm)?;
         // Only the buckets keep scaled products in 64 bits; the windows compute in 128 bits.
         let scaled = |a: u64, b: u64| u128::from(a) * u128::from(b) < FIXED_POINT_BOUND;
         if p.algorithm.uses_burst() && !scaled(p.burst, p.period) {
@@ -478,12 +465,102 @@ impl PolicyBuilder {
         if p.mode == Mode::Delay && !scaled(p.limit, p.max_delay) {
             return Err(PolicyError::TooLarge("limit × max_delay"));
         }
-        if p.calendar.is_some() && p.algorithm != AlgorithmKind::FixedWindow {
-            return Err(PolicyError::CalendarNeedsFixedWindow(p.algorithm));
+        if p.calendar.is_some() {
+            rule::calendar_algorithm(p.algorithm)?;
         }
-        if p.penalty > MAX_PENALTY {
+        rule::penalty(p.penalty)?;
+        Ok(p)
+    }
+}
+
+/// The rules of one field each, written once: [`PolicyBuilder::build`] applies them in
+/// turn, [`PolicySpec::check`](crate::PolicySpec::check) each on its own field so that it
+/// can report every mistake.
+pub(crate) mod rule {
+    use super::*;
+
+    /// Why concurrency has no burst.
+    pub const BURST_ON_CONCURRENCY: &str =
+        "burst is not used by concurrency: limit is the number in flight";
+
+    /// 1 to 128 characters of `A-Za-z0-9_.-`.
+    pub fn name(name: &str) -> Result<(), PolicyError> {
+        let ok = !name.is_empty()
+            && name.len() <= 128
+            && name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'));
+        if ok {
+            Ok(())
+        } else {
+            Err(PolicyError::InvalidName(name.to_owned()))
+        }
+    }
+
+    /// At least 1.
+    pub fn limit(limit: u64) -> Result<(), PolicyError> {
+        if limit == 0 {
+            return Err(PolicyError::ZeroLimit);
+        }
+        Ok(())
+    }
+
+    /// At least 1.
+    pub fn burst(burst: u64) -> Result<(), PolicyError> {
+        if burst == 0 {
+            return Err(PolicyError::ZeroBurst);
+        }
+        Ok(())
+    }
+
+    /// 1µs to [`MAX_PERIOD`].
+    pub fn period(period: Micros) -> Result<(), PolicyError> {
+        if period == 0 {
+            return Err(PolicyError::ZeroPeriod);
+        }
+        if period > micros(MAX_PERIOD) {
+            return Err(PolicyError::TooLong("period"));
+        }
+        Ok(())
+    }
+
+    /// A concurrency lease: at least 1µs.
+    pub fn lease(lease: Micros) -> Result<(), PolicyError> {
+        if lease == 0 {
+            return Err(PolicyError::ConcurrencyField("lease must be at least 1µs"));
+        }
+        Ok(())
+    }
+
+    /// At most [`MAX_PERIOD`].
+    pub fn max_delay(max_delay: Micros) -> Result<(), PolicyError> {
+        if max_delay > micros(MAX_PERIOD) {
+            return Err(PolicyError::TooLong("max_delay"));
+        }
+        Ok(())
+    }
+
+    /// `delay` only where the algorithm can say when a request's turn comes.
+    pub fn mode(mode: Mode, algorithm: AlgorithmKind) -> Result<(), PolicyError> {
+        if mode == Mode::Delay && !algorithm.supports_delay() {
+            return Err(PolicyError::DelayOnWindow(algorithm));
+        }
+        Ok(())
+    }
+
+    /// Calendar windows are fixed windows.
+    pub fn calendar_algorithm(algorithm: AlgorithmKind) -> Result<(), PolicyError> {
+        if algorithm != AlgorithmKind::FixedWindow {
+            return Err(PolicyError::CalendarNeedsFixedWindow(algorithm));
+        }
+        Ok(())
+    }
+
+    /// At most [`MAX_PENALTY`] (0: no penalty).
+    pub fn penalty(penalty: Micros) -> Result<(), PolicyError> {
+        if penalty > MAX_PENALTY {
             return Err(PolicyError::PenaltyTooLong);
         }
-        Ok(p)
+        Ok(())
     }
 }

@@ -49,6 +49,7 @@ pub mod decide;
 pub mod files;
 pub mod headers;
 pub mod key;
+pub mod listener;
 pub mod metrics;
 mod server;
 pub mod service;
@@ -57,7 +58,8 @@ pub mod yaml;
 
 pub use config::{ConfigError, ConfigErrors, EnvoyConfig, EnvoySection, RuleSpec, SharedConfig};
 pub use headers::HeaderSet;
-pub use server::serve;
+pub use listener::ListenerLimits;
+pub use server::{serve, serve_with_limits};
 pub use service::RateLimitService;
 
 /// The generated Envoy types this crate speaks, re-exported for clients and tests.

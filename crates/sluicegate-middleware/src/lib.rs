@@ -62,4 +62,6 @@ pub use lease::{LeaseBody, LeaseGuard};
 pub use limiter::{RateLimitDecision, RateLimiter, TokioTimer, WaitQueue};
 pub use metrics::MetricsObserver;
 pub use pool::{PermitBody, Pool, PoolBindError, PoolPermit, PoolRejected, PoolStatus};
-pub use route::{KeySpec, Route, RouteError, RoutePool, RouteSpec, RouteTable};
+pub use route::{
+    KeySpec, Route, RouteError, RouteField, RouteFieldError, RoutePool, RouteSpec, RouteTable,
+};

@@ -66,6 +66,13 @@ pub struct RateLimiter {
     wait_queue: Option<Arc<WaitQueue>>,
 }
 
+/// `sluicegate_waiting`: delayed requests waiting for their slot now (what `max_waiting`
+/// bounds).
+pub const WAITING: &str = "sluicegate_waiting";
+/// `sluicegate_max_waiting_rejected_total`: delayed requests refused because `max_waiting`
+/// requests were already waiting (also counted as `denied` in `sluicegate_decisions_total`).
+pub const MAX_WAITING_REJECTED: &str = "sluicegate_max_waiting_rejected_total";
+
 /// Bounds how many delayed requests wait for their slot at once (`server.max_waiting`):
 /// each one holds a connection and a task, so an unbounded queue is a way to exhaust the
 /// server. A request that would wait beyond the bound is rejected at once (429, its slot
@@ -102,6 +109,7 @@ impl WaitQueue {
                 (n < max).then_some(n + 1)
             })
             .ok()?;
+        metrics::gauge!(WAITING).increment(1.0);
         Some(Arc::new(WaitSlot {
             queue: Arc::clone(self),
             held: AtomicBool::new(true),
@@ -120,6 +128,7 @@ impl WaitSlot {
     fn release(&self) {
         if self.held.swap(false, Ordering::AcqRel) {
             self.queue.waiting.fetch_sub(1, Ordering::AcqRel);
+            metrics::gauge!(WAITING).decrement(1.0);
         }
     }
 }
@@ -316,19 +325,23 @@ impl RateLimiter {
         // The caller's mistakes (a key the stores refuse) are answered like a store failure:
         // an HTTP client must never see a 500 for them. Errors of the configuration or the
         // code fail closed (`Verdict::store_error`): they must never open the gate.
-        let decided = self.decider.check(request).await.unwrap_or_else(|error| {
-            let verdict = if error.is_bad_request() {
-                Verdict::store_failed(policies)
-            } else {
-                Verdict::store_error(policies, &error)
-            };
-            let decided = sluicegate_core::Decided {
-                verdict,
-                failure: Some(error),
-            };
-            self.decider.observe(&key, &decided.verdict);
-            decided
-        });
+        // Observed below, once the wait queue has had its say: a delayed request refused by
+        // max_waiting counts as denied, not delayed.
+        let decided = self
+            .decider
+            .check_unobserved(request)
+            .await
+            .unwrap_or_else(|error| {
+                let verdict = if error.is_bad_request() {
+                    Verdict::store_failed(policies)
+                } else {
+                    Verdict::store_error(policies, &error)
+                };
+                sluicegate_core::Decided {
+                    verdict,
+                    failure: Some(error),
+                }
+            });
         if let Some(error) = &decided.failure {
             self.warn_store_error(error);
         }
@@ -341,6 +354,7 @@ impl RateLimiter {
                 None => {}
             }
         }
+        self.decider.observe(&key, &verdict);
         for d in &verdict.decisions {
             if d.outcome == Outcome::ShadowDenied {
                 tracing::info!(
@@ -373,6 +387,7 @@ impl RateLimiter {
             .filter(|d| d.decision.allowed)
             .map(|d| Arc::clone(&d.policy))
             .collect();
+        metrics::counter!(MAX_WAITING_REJECTED).increment(1);
         if let Err(error) = self.decider.store().refund(&consumed, key, COST).await {
             tracing::debug!(%error, "could not give back the slot of a request refused by max_waiting");
         }
@@ -507,8 +522,9 @@ impl RateLimitDecision {
     }
 
     /// Waits for the route's pool slot (after [`wait`](Self::wait)): `Ok(None)` when the
-    /// route has no pool, `Ok(permit)` to hold while the upstream works (drop it when the
-    /// response ends), or the pool's 429 ([`PoolRejected::response`]). Cancel-safe:
+    /// route has no pool, `Ok(permit)` to hold while the upstream works (wrap the response
+    /// body in a [`PermitBody`](crate::PermitBody), which frees it when the body ends, or
+    /// call [`PoolPermit::complete`] after a complete response), or the pool's 429 ([`PoolRejected::response`]). Cancel-safe:
     /// dropping the future leaves the queue at once.
     pub async fn enter_pool(&self) -> Result<Option<PoolPermit>, PoolRejected> {
         match &self.pool {

@@ -2,9 +2,10 @@
 //! `sluicegate-throttle`'s pure [`Scheduler`], which decides everything.
 //!
 //! A request [`acquire`](Pool::acquire)s a [`PoolPermit`] (at once, or after waiting in the
-//! queue without holding a thread) and holds it while the upstream works; dropping the
-//! permit frees the slot and hands it to the next waiting request. A waiting request whose
-//! future is dropped (its client went away) leaves the queue at once.
+//! queue without holding a thread) and holds it while the upstream works, usually inside a
+//! [`PermitBody`] until the response has been sent; freeing it (completed, or dropped when
+//! the request was cut short) hands the slot to the next waiting request. A waiting request
+//! whose future is dropped (its client went away) leaves the queue at once.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -300,6 +301,7 @@ impl Pool {
             pool: Arc::clone(self),
             id,
             level,
+            sample: false,
         }
     }
 
@@ -371,12 +373,15 @@ impl Drop for WaitGuard<'_> {
     }
 }
 
-/// A slot in a [`Pool`]; dropping it frees the slot (and records the round-trip time the
-/// adaptive limit learns from).
+/// A slot in a [`Pool`]. [`PoolPermit::complete`] frees it after a complete response and
+/// gives the adaptive limit the round-trip time it learns from; dropping it frees the slot
+/// without a sample (the request was cut short).
 pub struct PoolPermit {
     pool: Arc<Pool>,
     id: RequestId,
     level: usize,
+    /// Whether the time it was held is a latency sample for the adaptive limit.
+    sample: bool,
 }
 
 impl PoolPermit {
@@ -387,6 +392,14 @@ impl PoolPermit {
     /// The level index it runs at.
     pub fn level(&self) -> usize {
         self.level
+    }
+    /// Frees the slot after a complete response, giving the adaptive limit the time it was
+    /// held as a latency sample. (Dropping the permit frees the slot without a sample: a
+    /// request cut short — its client went away, the upstream refused the connection or its
+    /// body failed — says nothing about the upstream's latency, and a quick failure would
+    /// drag the latency floor down.)
+    pub fn complete(mut self) {
+        self.sample = true;
     }
 }
 
@@ -404,7 +417,11 @@ impl Drop for PoolPermit {
         let pool = &self.pool;
         let mut inner = pool.lock();
         let now = pool.micros(Instant::now());
-        let released = inner.scheduler.release(self.id, now);
+        let released = if self.sample {
+            inner.scheduler.release(self.id, now)
+        } else {
+            inner.scheduler.withdraw(self.id, now, Withdraw::Gone).1
+        };
         pool.hand_on(&mut inner, released);
     }
 }
@@ -413,7 +430,8 @@ pin_project_lite::pin_project! {
     /// A response body that holds a [`PoolPermit`] until the body has been sent (or
     /// dropped), so a slot is freed when the response *ends*, not when its head arrives: a
     /// streamed or slow body keeps its upstream busy, so it keeps its slot. Frames pass
-    /// through untouched and at once.
+    /// through untouched and at once. A body sent to its end gives the adaptive limit its
+    /// latency sample; one dropped early or failed frees the slot without one.
     pub struct PermitBody<B> {
         #[pin]
         inner: B,
@@ -428,6 +446,12 @@ impl<B> PermitBody<B> {
     }
 }
 
+fn complete(permit: &mut Option<PoolPermit>) {
+    if let Some(permit) = permit.take() {
+        permit.complete();
+    }
+}
+
 impl<B: http_body::Body> http_body::Body for PermitBody<B> {
     type Data = B::Data;
     type Error = B::Error;
@@ -436,13 +460,16 @@ impl<B: http_body::Body> http_body::Body for PermitBody<B> {
         self: std::pin::Pin<&mut Self>,
         cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
+        use std::task::Poll;
         let mut this = self.project();
         let polled = this.inner.as_mut().poll_frame(cx);
-        // The last frame went out (or the body failed): the upstream is done with it.
-        let ended = matches!(polled, std::task::Poll::Ready(None | Some(Err(_))))
-            || (polled.is_ready() && this.inner.is_end_stream());
-        if ended {
-            *this.permit = None;
+        match &polled {
+            // The body failed: the upstream's answer was cut short (freed, no sample).
+            Poll::Ready(Some(Err(_))) => drop(this.permit.take()),
+            // The last frame went out: the upstream is done with it.
+            Poll::Ready(None) => complete(this.permit),
+            Poll::Ready(Some(Ok(_))) if this.inner.is_end_stream() => complete(this.permit),
+            _ => {}
         }
         polled
     }

@@ -259,11 +259,11 @@ impl RouteSpec {
 /// Why a route is invalid. Every variant names the route by its path.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum RouteError {
-    /// The path is empty or does not start with `/`.
-    #[error("route path {0:?} must start with '/'")]
+    /// The path is empty, does not start with `/`, or is not a URL path.
+    #[error("route path {0:?} must be a URL path starting with /")]
     InvalidPath(String),
     /// A route names a policy that is not defined.
-    #[error("route {path:?} names unknown policy {policy:?}")]
+    #[error("route {path:?}: unknown policy {policy:?} (not defined in [[policies]])")]
     UnknownPolicy {
         /// The route.
         path: String,
@@ -271,10 +271,10 @@ pub enum RouteError {
         policy: String,
     },
     /// A route with no policy.
-    #[error("route {0:?} names no policy")]
+    #[error("route {0:?}: a route needs at least one policy")]
     NoPolicy(String),
     /// The same policy twice in a route.
-    #[error("route {path:?} lists policy {policy:?} twice")]
+    #[error("route {path:?}: policy {policy:?} listed twice")]
     DuplicatePolicy {
         /// The route.
         path: String,
@@ -282,7 +282,7 @@ pub enum RouteError {
         policy: String,
     },
     /// A method name that is not a valid HTTP token.
-    #[error("route {path:?} has invalid method {method:?}")]
+    #[error("route {path:?}: invalid HTTP method {method:?}")]
     InvalidMethod {
         /// The route.
         path: String,
@@ -290,11 +290,21 @@ pub enum RouteError {
         method: String,
     },
     /// `methods = []` would never match.
-    #[error("route {0:?} has an empty methods list (omit it to match every method)")]
+    #[error("route {0:?}: methods = [] would never match; omit it to match every method")]
     EmptyMethods(String),
-    /// A header condition with an invalid name or value.
-    #[error("route {path:?} has invalid header condition {name:?} = {value:?}")]
+    /// A header condition whose name is not a valid header name.
+    #[error("route {path:?}: invalid header name {name:?}")]
     InvalidHeader {
+        /// The route.
+        path: String,
+        /// Header name.
+        name: String,
+        /// Header value.
+        value: String,
+    },
+    /// A header condition whose value is not a valid header value.
+    #[error("route {path:?}: invalid header value {value:?} for {name:?}")]
+    InvalidHeaderValue {
         /// The route.
         path: String,
         /// Header name.
@@ -308,6 +318,127 @@ pub enum RouteError {
         "invalid key {0:?}; expected \"ip\", \"header:<name>\", \"query:<name>\", \"cookie:<name>\", \"global\", or up to 8 of the others joined by \"+\" (e.g. \"ip+header:x-api-key\")"
     )]
     InvalidKey(String),
+}
+
+/// Where in a [`RouteSpec`] a mistake is: the field, as configured, and for a list or
+/// table the entry. A configuration reader maps it to a place in the file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RouteField {
+    /// `path`.
+    Path,
+    /// `methods`, the whole list (`None`) or its entry at this index.
+    Methods(Option<usize>),
+    /// `headers`: the condition on this header name, as written.
+    Headers(String),
+    /// `policies`, the whole list (`None`) or its entry at this index.
+    Policies(Option<usize>),
+}
+
+/// One mistake in a [`RouteSpec`]: where, and what.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{error}")]
+pub struct RouteFieldError {
+    /// Where.
+    pub field: RouteField,
+    /// What.
+    pub error: RouteError,
+}
+
+impl RouteSpec {
+    /// Every mistake in the route, each with its field, given which policy names are
+    /// defined: the one set of route rules, which [`Route::new`] also applies.
+    ///
+    /// ```
+    /// use sluicegate_middleware::{RouteField, RouteSpec};
+    /// let spec = RouteSpec::new("/api", &["a", "nope", "a"]).methods(&["GET", "BAD METHOD"]);
+    /// let found: Vec<RouteField> = spec.check(|name| name == "a").into_iter().map(|e| e.field).collect();
+    /// assert_eq!(found, [
+    ///     RouteField::Methods(Some(1)), RouteField::Policies(Some(1)), RouteField::Policies(Some(2)),
+    /// ]);
+    /// ```
+    pub fn check(&self, defined: impl Fn(&str) -> bool) -> Vec<RouteFieldError> {
+        let mut errors = Vec::new();
+        let path = &self.path;
+        let mut refuse = |field, error| errors.push(RouteFieldError { field, error });
+        if !path.starts_with('/') || path.parse::<http::Uri>().is_err() {
+            refuse(RouteField::Path, RouteError::InvalidPath(path.clone()));
+        }
+        match &self.methods {
+            Some(list) if list.is_empty() => {
+                refuse(
+                    RouteField::Methods(None),
+                    RouteError::EmptyMethods(path.clone()),
+                );
+            }
+            Some(list) => {
+                for (i, method) in list.iter().enumerate() {
+                    if parse_method(method).is_none() {
+                        let error = RouteError::InvalidMethod {
+                            path: path.clone(),
+                            method: method.clone(),
+                        };
+                        refuse(RouteField::Methods(Some(i)), error);
+                    }
+                }
+            }
+            None => {}
+        }
+        for (name, value) in &self.headers {
+            if let Err(error) = header_condition(path, name, value) {
+                refuse(RouteField::Headers(name.clone()), error);
+            }
+        }
+        if self.policies.is_empty() {
+            refuse(
+                RouteField::Policies(None),
+                RouteError::NoPolicy(path.clone()),
+            );
+        }
+        for (i, name) in self.policies.iter().enumerate() {
+            let (path, policy) = (path.clone(), name.clone());
+            if !defined(name) {
+                refuse(
+                    RouteField::Policies(Some(i)),
+                    RouteError::UnknownPolicy { path, policy },
+                );
+            } else if self.policies[..i].contains(name) {
+                refuse(
+                    RouteField::Policies(Some(i)),
+                    RouteError::DuplicatePolicy { path, policy },
+                );
+            }
+        }
+        errors
+    }
+}
+
+/// A configured method, upper-cased; `None` when it is not an HTTP token.
+fn parse_method(text: &str) -> Option<Method> {
+    let upper = text.trim().to_ascii_uppercase();
+    Method::from_bytes(upper.as_bytes()).ok()
+}
+
+/// A header condition `name = value` as `http` types.
+fn header_condition(
+    path: &str,
+    name: &str,
+    value: &str,
+) -> Result<(HeaderName, HeaderValue), RouteError> {
+    let (path, name_text, value_text) = (path.to_owned(), name.to_owned(), value.to_owned());
+    let name =
+        HeaderName::from_bytes(name.trim().to_ascii_lowercase().as_bytes()).map_err(|_| {
+            RouteError::InvalidHeader {
+                path: path.clone(),
+                name: name_text.clone(),
+                value: value_text.clone(),
+            }
+        })?;
+    let value = HeaderValue::from_str(value).map_err(|_| RouteError::InvalidHeaderValue {
+        path,
+        name: name_text,
+        value: value_text,
+    })?;
+    Ok((name, value))
 }
 
 /// A validated route: its conditions and resolved policies.
@@ -338,63 +469,34 @@ pub struct RoutePool {
 }
 
 impl Route {
-    /// Validates `spec`, resolving policy names with `lookup`.
+    /// Validates `spec` ([`RouteSpec::check`]: the first mistake), resolving policy names
+    /// with `lookup`.
     pub fn new(
         spec: &RouteSpec,
         index: usize,
         lookup: impl Fn(&str) -> Option<Arc<Policy>>,
     ) -> Result<Route, RouteError> {
-        let path = &spec.path;
-        if !path.starts_with('/') {
-            return Err(RouteError::InvalidPath(path.clone()));
-        }
-        let methods = match &spec.methods {
-            None => None,
-            Some(list) if list.is_empty() => return Err(RouteError::EmptyMethods(path.clone())),
-            Some(list) => Some(
-                list.iter()
-                    .map(|m| {
-                        Method::from_bytes(m.trim().to_ascii_uppercase().as_bytes()).map_err(|_| {
-                            RouteError::InvalidMethod {
-                                path: path.clone(),
-                                method: m.clone(),
-                            }
-                        })
-                    })
-                    .collect::<Result<Vec<_>, _>>()?,
-            ),
+        let policies: Vec<Option<Arc<Policy>>> = spec.policies.iter().map(|n| lookup(n)).collect();
+        let defined = |name: &str| {
+            spec.policies
+                .iter()
+                .zip(&policies)
+                .any(|(n, p)| n == name && p.is_some())
         };
+        if let Some(first) = spec.check(defined).into_iter().next() {
+            return Err(first.error);
+        }
+        let policies: Vec<Arc<Policy>> = policies.into_iter().flatten().collect();
+        let methods = spec
+            .methods
+            .as_ref()
+            .map(|list| list.iter().filter_map(|m| parse_method(m)).collect());
         let headers = spec
             .headers
             .iter()
-            .map(|(name, value)| {
-                let invalid = || RouteError::InvalidHeader {
-                    path: path.clone(),
-                    name: name.clone(),
-                    value: value.clone(),
-                };
-                Ok((
-                    HeaderName::from_bytes(name.trim().as_bytes()).map_err(|_| invalid())?,
-                    HeaderValue::from_str(value).map_err(|_| invalid())?,
-                ))
-            })
-            .collect::<Result<Vec<_>, RouteError>>()?;
-        if spec.policies.is_empty() {
-            return Err(RouteError::NoPolicy(path.clone()));
-        }
-        let mut policies = Vec::with_capacity(spec.policies.len());
-        for (i, name) in spec.policies.iter().enumerate() {
-            if spec.policies[..i].contains(name) {
-                return Err(RouteError::DuplicatePolicy {
-                    path: path.clone(),
-                    policy: name.clone(),
-                });
-            }
-            policies.push(lookup(name).ok_or_else(|| RouteError::UnknownPolicy {
-                path: path.clone(),
-                policy: name.clone(),
-            })?);
-        }
+            .filter_map(|(name, value)| header_condition(&spec.path, name, value).ok())
+            .collect();
+        let path = &spec.path;
         Ok(Route {
             path: Arc::from(crate::path::normalize_path(path).as_ref()),
             case_insensitive: spec.case_insensitive,
@@ -531,7 +633,7 @@ impl RouteTable {
         Ok(RouteTable::from_routes(routes))
     }
 
-    /// Every error in `specs` (empty when they are all valid), for `sluicegate validate`.
+    /// Every error in `specs` (empty when they are all valid), with the route's index.
     pub fn validate(
         specs: &[RouteSpec],
         lookup: impl Fn(&str) -> Option<Arc<Policy>>,
@@ -539,7 +641,10 @@ impl RouteTable {
         specs
             .iter()
             .enumerate()
-            .filter_map(|(i, spec)| Route::new(spec, i, &lookup).err().map(|e| (i, e)))
+            .flat_map(|(i, spec)| {
+                let errors = spec.check(|name| lookup(name).is_some());
+                errors.into_iter().map(move |e| (i, e.error))
+            })
             .collect()
     }
 

@@ -343,3 +343,50 @@ async fn a_store_timeout_applies_on_store_error() {
         429
     );
 }
+
+/// `max_waiting`: with two requests already waiting for their slot, the next delayed one is
+/// refused at once (its slot given back), and the metrics count what the clients got: one
+/// admitted, two delayed, the rest denied (not delayed), with the queue's gauge back to 0.
+#[tokio::test]
+async fn max_waiting_refuses_and_counts_what_the_client_got() {
+    let observer = Arc::new(Counting::default());
+    let store = frozen_store();
+    let queue = sluicegate_middleware::WaitQueue::new(2);
+    let limiter = RateLimiter::builder(store.clone())
+        .policy(paced(Duration::from_secs(10)))
+        .route(RouteSpec::new("/", &["paced"]))
+        .observer(observer.clone())
+        .build()
+        .unwrap()
+        .with_wait_queue(Arc::clone(&queue));
+    let peer: std::net::IpAddr = [192, 0, 2, 1].into();
+    let headers = http::HeaderMap::new();
+    let mut decisions = Vec::new();
+    for _ in 0..6 {
+        let d = limiter
+            .check(&http::Method::GET, "/x", &headers, peer)
+            .await
+            .unwrap();
+        decisions.push(d);
+    }
+    let allowed: Vec<bool> = decisions.iter().map(|d| d.is_allowed()).collect();
+    let delayed: Vec<bool> = decisions
+        .iter()
+        .map(|d| d.delay() > Duration::ZERO)
+        .collect();
+    assert_eq!(allowed, [true, true, true, false, false, false]);
+    assert_eq!(delayed, [false, true, true, false, false, false]);
+    assert_eq!(queue.waiting(), 2);
+    assert_eq!(observer.count("paced", Outcome::Allowed), 1);
+    assert_eq!(observer.count("paced", Outcome::Delayed), 2);
+    assert_eq!(observer.count("paced", Outcome::Denied), 3);
+    drop(decisions);
+    assert_eq!(queue.waiting(), 0, "slots not given back");
+    // The refused requests took nothing: the next one waits for the fourth slot (300 ms on
+    // the frozen clock), not the seventh.
+    let next = limiter
+        .check(&http::Method::GET, "/x", &headers, peer)
+        .await
+        .unwrap();
+    assert_eq!(next.delay(), Duration::from_millis(300));
+}

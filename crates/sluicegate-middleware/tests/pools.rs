@@ -268,3 +268,50 @@ async fn a_streaming_body_dropped_by_its_client_frees_its_slot() {
     assert_eq!(second.await.unwrap().status(), 200);
     until("the slot is free", || pool.load() == (0, 0, 1)).await;
 }
+
+/// Reads `body` to its end.
+async fn drain<B: http_body::Body + Unpin>(mut body: B)
+where
+    B::Error: std::fmt::Debug,
+{
+    use http_body_util::BodyExt;
+    while let Some(frame) = body.frame().await {
+        frame.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn only_bodies_sent_to_their_end_teach_the_adaptive_limit() {
+    use http_body_util::Full;
+    use sluicegate_middleware::PermitBody;
+    // A window is 8 samples at the starting limit's minimum; the floor appears after one.
+    let spec = PoolSpec::adaptive("backend", 1, 8).validate().unwrap();
+    let pool = Pool::new(spec);
+    for _ in 0..16 {
+        let permit = pool.acquire(0, "a", 1).await.unwrap();
+        // The client went away mid-body: the slot is freed, without a sample.
+        drop(PermitBody::new(
+            Full::new(bytes::Bytes::from("x")),
+            Some(permit),
+        ));
+    }
+    assert_eq!(pool.load().0, 0, "every slot freed");
+    assert_eq!(
+        pool.status().latency_floor,
+        None,
+        "no sample from a cut body"
+    );
+    for _ in 0..8 {
+        let permit = pool.acquire(0, "a", 1).await.unwrap();
+        drain(PermitBody::new(
+            Full::new(bytes::Bytes::from("x")),
+            Some(permit),
+        ))
+        .await;
+    }
+    assert_eq!(pool.load().0, 0);
+    assert!(
+        pool.status().latency_floor.is_some(),
+        "8 complete bodies: one window"
+    );
+}

@@ -6,7 +6,8 @@
 //! off from its master with `replica-serve-stale-data no`), BUSY (a script that never ends)
 //! LOADING (`DEBUG RELOAD` of a dataset loaded slowly with `key-load-delay`), MISCONF (a
 //! snapshot that cannot be written, with `stop-writes-on-bgsave-error`) and NOREPLICAS
-//! (`min-replicas-to-write` on a master without replicas).
+//! (`min-replicas-to-write` on a master without replicas) and CLUSTERDOWN (a Redis Cluster
+//! with a slot no node serves, under the default `cluster-require-full-coverage yes`).
 //! A key of the wrong type is replaced, not an error forever.
 
 use std::sync::Arc;
@@ -15,7 +16,7 @@ use std::time::{Duration, Instant};
 use sluicegate_core::{AlgorithmKind, CheckRequest, Policy, Store, StoreError};
 use sluicegate_redis::{RedisConfig, RedisStore};
 use sluicegate_testkit::redis::cli;
-use sluicegate_testkit::{RedisServer, free_port};
+use sluicegate_testkit::{RedisCluster, RedisServer, free_port};
 
 const GENEROUS: Duration = Duration::from_secs(20);
 
@@ -208,6 +209,36 @@ async fn noreplicas_is_an_outage() {
     server.cli(&["config", "set", "min-replicas-to-write", "1"]);
     assert_outage(&store, "NOREPLICAS").await;
     server.cli(&["config", "set", "min-replicas-to-write", "0"]);
+    assert_recovers(&store).await;
+}
+
+/// A Redis Cluster that lost the coverage of a slot (a dead master without a replica, here
+/// a slot taken away with `CLUSTER DELSLOTS`) answers CLUSTERDOWN to every command while
+/// `cluster-require-full-coverage` is on.
+#[tokio::test]
+async fn clusterdown_is_an_outage() {
+    let Some(cluster) = RedisCluster::start() else {
+        return;
+    };
+    let mut config = RedisConfig::cluster(cluster.seeds());
+    config.key_prefix = "replies".into();
+    config.timeout = Duration::from_millis(1500);
+    let store = RedisStore::connect(config).await.unwrap();
+    assert_eq!(decide(&store, "client").await, Ok(true));
+    // A slot far from the client's: every node then reports cluster_state:fail.
+    let node = &cluster.nodes[0];
+    let nodes = node.cli(&["cluster", "nodes"]);
+    let myself = nodes.lines().find(|l| l.contains("myself")).unwrap();
+    // The first slot of the node's first range (`0-5460`).
+    let slot = myself
+        .split_whitespace()
+        .nth(8)
+        .and_then(|range| range.split('-').next())
+        .unwrap_or_else(|| panic!("no slots in {myself}"))
+        .to_owned();
+    node.cli(&["cluster", "delslots", &slot]);
+    assert_outage(&store, "CLUSTERDOWN").await;
+    node.cli(&["cluster", "addslots", &slot]);
     assert_recovers(&store).await;
 }
 

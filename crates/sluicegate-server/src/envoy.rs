@@ -26,7 +26,14 @@ pub async fn run(
     let listener = tokio::net::TcpListener::bind(addr)
         .await
         .map_err(|e| format!("cannot listen on {addr} (envoy): {e}"))?;
-    sluicegate_envoy::serve(listener, service, shutdown)
+    // The API's and gateway's connection limits hold here too (tonic has none of its own).
+    let connections = state.runtime().config.server.connections;
+    let limits = sluicegate_envoy::ListenerLimits {
+        max_connections: connections.max_connections,
+        first_bytes_timeout: connections.header_read_timeout,
+        keepalive_interval: connections.idle_timeout,
+    };
+    sluicegate_envoy::serve_with_limits(listener, service, limits, shutdown)
         .await
         .map_err(|e| format!("envoy service: {e}"))
 }

@@ -233,12 +233,7 @@ async fn proxy(
         }
         Err(_) => {
             tracing::warn!(upstream = %upstream, timeout = ?upstream_timeout, "upstream sent no response head in time");
-            return ApiError::new(
-                StatusCode::GATEWAY_TIMEOUT,
-                "gateway_timeout",
-                "the upstream did not answer in time",
-            )
-            .into_response();
+            return gateway_timeout(permit);
         }
     };
     let (mut parts, body) = response.into_parts();
@@ -320,6 +315,21 @@ fn forwarded_headers(headers: &mut HeaderMap, peer: SocketAddr, host: Option<Hea
     if let Some(host) = host {
         headers.insert("x-forwarded-host", host);
     }
+}
+
+/// The 504 for an upstream that sent no response head in time. A timeout is the upstream's
+/// latency, so the pool slot is freed as a complete response (a latency sample for an
+/// adaptive pool), unlike a refused connection's, which is dropped without one.
+fn gateway_timeout(permit: Option<sluicegate_middleware::PoolPermit>) -> Response {
+    if let Some(permit) = permit {
+        permit.complete();
+    }
+    ApiError::new(
+        StatusCode::GATEWAY_TIMEOUT,
+        "gateway_timeout",
+        "the upstream did not answer in time",
+    )
+    .into_response()
 }
 
 fn bad_gateway() -> Response {

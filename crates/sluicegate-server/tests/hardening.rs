@@ -488,3 +488,63 @@ async fn gateway_closes_slow_heads() {
     assert!(closed, "the gateway kept a slow head open");
     assert_eq!(get(gateway, "/open", &[]).0, 200);
 }
+
+/// The Envoy gRPC listener keeps the same limits (tonic has none of its own): connections
+/// that never send their HTTP/2 preface are held at most max_connections at a time and
+/// closed after header_read_timeout, and the service still answers a real gRPC call.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn envoy_listener_cuts_silent_connections_and_holds_max_connections() {
+    use sluicegate_envoy::envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
+    use sluicegate_envoy::envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+
+    let dir = tempfile::tempdir().unwrap();
+    let grpc: SocketAddr = ([127, 0, 0, 1], free_port()).into();
+    let toml = format!(
+        r#"
+[server]
+listen = "127.0.0.1:0"
+header_read_timeout = "1s"
+max_connections = 40
+
+[envoy]
+listen = "{grpc}"
+"#
+    );
+    let server = start(&dir, &toml);
+    let pid = server.child.id();
+    let baseline = open_fds(pid);
+    let mut silent: Vec<TcpStream> = (0..150)
+        .map(|_| TcpStream::connect(grpc).unwrap())
+        .collect();
+    let started = Instant::now();
+    let mut peak = 0;
+    while started.elapsed() < Duration::from_secs(2) {
+        peak = peak.max(open_fds(pid));
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(
+        peak <= baseline + 40 + 2,
+        "peak {peak} fds, baseline {baseline}: max_connections did not hold on the Envoy listener"
+    );
+    for (i, s) in silent.iter_mut().enumerate() {
+        assert!(
+            closed_by_server(s, Duration::from_secs(60)),
+            "silent connection {i} still open"
+        );
+    }
+    let mut client = RateLimitServiceClient::connect(format!("http://{grpc}"))
+        .await
+        .unwrap();
+    let answer = client
+        .should_rate_limit(RateLimitRequest {
+            domain: "none".into(),
+            descriptors: Vec::new(),
+            hits_addend: 0,
+        })
+        .await;
+    // Answered (whatever the verdict on an empty request): the listener still serves.
+    assert!(
+        answer.is_ok() || answer.as_ref().unwrap_err().code() == tonic::Code::InvalidArgument,
+        "{answer:?}"
+    );
+}

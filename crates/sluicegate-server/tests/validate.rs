@@ -357,3 +357,148 @@ fn every_pool_error_is_reported_at_its_field() {
         "{stderr}"
     );
 }
+
+/// A valid file with one policy, whose `limit` line is `limit`.
+fn one_policy(limit: &str) -> String {
+    format!(
+        "[[policies]]\nname = \"api\"\nalgorithm = \"token_bucket\"\n{limit}\nperiod = \"1m\"\n\n[[routes]]\npath = \"/\"\npolicies = [\"api\"]\n"
+    )
+}
+
+/// One mistake, four ways in (`validate`, `serve`, a reload, `simulate --config`): the same
+/// line, column and message, because they all read the file with the same reader and check
+/// the policy with the same rules (`PolicySpec::validate`).
+#[test]
+fn one_mistake_reads_the_same_everywhere() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write(dir.path(), "c.toml", &one_policy("limit = 0"));
+    let expected = format!("{}:4:9: error: limit must be at least 1", path.display());
+    let run = |args: &[&str]| {
+        let out = Command::new(sluicegate_bin!())
+            .args(args)
+            .arg(&path)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {out:?}");
+        String::from_utf8(out.stderr).unwrap()
+    };
+    let validate = run(&["validate", "--config"]);
+    let serve = run(&["serve", "--listen", "127.0.0.1:0", "--config"]);
+    let simulate = run(&["simulate", "--pattern", "steady", "--config"]);
+    for (way, stderr) in [
+        ("validate", validate),
+        ("serve", serve),
+        ("simulate", simulate),
+    ] {
+        assert!(
+            stderr.contains(&expected),
+            "{way}: missing {expected:?} in:\n{stderr}"
+        );
+    }
+
+    // A running server given the same mistake keeps its configuration and logs the same line.
+    std::fs::write(&path, one_policy("limit = 10")).unwrap();
+    let path_text = path.to_str().unwrap();
+    let server = sluicegate_testkit::Sluicegate::start(sluicegate_bin!(), &["--config", path_text]);
+    std::fs::write(&path, one_policy("limit = 0")).unwrap();
+    sluicegate_testkit::wait_until("the reload error is logged", || {
+        server.log().contains("configuration not reloaded")
+    });
+    let log = server.log();
+    assert!(
+        log.contains(&expected),
+        "reload: missing {expected:?} in:\n{log}"
+    );
+}
+
+/// `simulate --config` takes the file's policies as written and lays its flags over them.
+#[test]
+fn simulate_reads_policies_from_the_config_file_with_flags_laid_over() {
+    use clap::Parser;
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: sluicegate_server::cli::SimulateArgs,
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let config = write(
+        dir.path(),
+        "sluicegate.toml",
+        r#"
+[server]
+listen = "127.0.0.1:8080"
+
+[[policies]]
+name = "auth"
+algorithm = "token_bucket"
+limit = 10
+period = "1m"
+burst = 3
+
+[[policies]]
+name = "search"
+algorithm = "fixed_window"
+limit = 100
+period = "1s"
+"#,
+    );
+    let path = config.to_str().unwrap();
+    let args = |flags: &[&str]| {
+        let words = ["simulate", "--config", path]
+            .into_iter()
+            .chain(flags.iter().copied());
+        sluicegate_server::simulate::with_config_reader(Cli::try_parse_from(words).unwrap().args)
+    };
+    let from_file = args(&["--pattern", "steady"]).policies().unwrap();
+    let names: Vec<&str> = from_file.iter().map(|p| p.name()).collect();
+    assert_eq!(names, ["auth", "search"]);
+    assert_eq!(from_file[0].burst(), 3);
+
+    let overridden = args(&["--policy", "auth", "--limit", "20", "--pattern", "steady"])
+        .policies()
+        .unwrap();
+    assert_eq!(overridden.len(), 1);
+    assert_eq!((overridden[0].limit(), overridden[0].burst()), (20, 3));
+
+    let all = args(&[
+        "--policy",
+        "search",
+        "--algorithm",
+        "all",
+        "--pattern",
+        "steady",
+    ])
+    .policies()
+    .unwrap();
+    assert_eq!(all[0].name(), "search.fixed_window");
+    assert_eq!(all.len(), 6);
+
+    let err = args(&["--policy", "nope", "--pattern", "steady"])
+        .policies()
+        .unwrap_err();
+    assert!(
+        err.to_string().contains("no policy named \"nope\""),
+        "{err}"
+    );
+
+    // Flags break the same rules with the same words.
+    let err = args(&["--policy", "auth", "--burst", "0", "--pattern", "steady"])
+        .policies()
+        .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "policy \"auth\": burst: burst must be at least 1"
+    );
+
+    std::fs::write(
+        &config,
+        "[[policies]]\nname = \"x\"\nalgorithm = \"gcra\"\nlimit = 1\nperiod = \"1s\"\nbrust = 2\n",
+    )
+    .unwrap();
+    let err = args(&["--pattern", "steady"]).policies().unwrap_err();
+    assert!(
+        err.to_string()
+            .contains(&format!("{path}:6:1: error: unknown field `brust`")),
+        "{err}"
+    );
+}

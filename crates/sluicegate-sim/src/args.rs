@@ -5,7 +5,6 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use serde::Deserialize;
 use sluicegate_core::clock::micros;
 use sluicegate_core::spec::parse_duration;
 use sluicegate_core::{AlgorithmKind, Micros, Mode, Policy, PolicySpec};
@@ -83,7 +82,15 @@ pub struct SimulateArgs {
     /// With --config: simulate only this policy (repeatable); default: every policy.
     #[arg(long = "policy", value_name = "NAME")]
     pub policies: Vec<String>,
+    /// How `--config` is read: the server's configuration reader, so a mistake in the file
+    /// gets the same message, line and column as in `sluicegate validate` (set by the binary).
+    #[arg(skip)]
+    pub policy_reader: Option<PolicyReader>,
 }
+
+/// Reads a configuration file's `[[policies]]` as written, validated; the error is every
+/// mistake, one per line, with its place in the file.
+pub type PolicyReader = fn(&Path) -> Result<Vec<PolicySpec>, String>;
 
 fn parse_mode(text: &str) -> Result<Mode, String> {
     match text {
@@ -254,6 +261,8 @@ impl SimulateArgs {
         Ok(out)
     }
 
+    /// `spec` with the flags laid over it, as algorithm `kind` named `name`, validated by
+    /// the same rules as a configuration file ([`PolicySpec::validate`]).
     fn build(
         &self,
         spec: &PolicySpec,
@@ -261,59 +270,55 @@ impl SimulateArgs {
         name: &str,
         several: bool,
     ) -> Result<Policy, SimError> {
-        let err = |source| SimError::Policy {
-            name: name.to_owned(),
-            source,
-        };
-        let period = match self.period {
-            Some(p) => p,
-            None => parse_duration(&spec.period).map_err(err)?,
-        };
-        let mut mode = self.mode.unwrap_or(spec.mode);
+        let text = |d: Duration| humantime::format_duration(d).to_string();
+        let mut spec = spec.clone();
+        spec.name = name.to_owned();
+        spec.algorithm = kind;
+        if let Some(period) = self.period {
+            spec.period = text(period);
+            (spec.calendar, spec.timezone) = (None, None);
+        }
+        spec.limit = self.limit.unwrap_or(spec.limit);
+        spec.burst = self.burst.or(spec.burst);
+        spec.mode = self.mode.unwrap_or(spec.mode);
         // Comparing algorithms in delay mode: the windows cannot delay, so they reject.
-        if several && mode == Mode::Delay && !kind.supports_delay() {
-            mode = Mode::Reject;
+        if several && spec.mode == Mode::Delay && !kind.supports_delay() {
+            spec.mode = Mode::Reject;
         }
-        let max_delay = match (self.max_delay, &spec.max_delay) {
-            (Some(d), _) => d,
-            (None, Some(text)) => parse_duration(text).map_err(err)?,
-            (None, None) => period,
-        };
-        let mut builder = Policy::builder(name, kind, self.limit.unwrap_or(spec.limit), period)
-            .mode(mode)
-            .max_delay(max_delay);
-        if let Some(burst) = self.burst.or(spec.burst) {
-            builder = builder.burst(burst);
+        if let Some(max_delay) = self.max_delay {
+            spec.max_delay = Some(text(max_delay));
         }
-        builder.build().map_err(err)
+        spec.validate().map_err(|errors| SimError::Invalid {
+            name: name.to_owned(),
+            errors: errors
+                .iter()
+                .map(|e| format!("{}: {e}", e.field))
+                .collect::<Vec<_>>()
+                .join("; "),
+        })
     }
 
     fn config_specs(&self, path: &Path) -> Result<Vec<PolicySpec>, SimError> {
-        /// Only `[[policies]]` matters here; the server validates the rest of the file.
-        #[derive(Deserialize)]
-        struct PoliciesOnly {
-            #[serde(default)]
-            policies: Vec<PolicySpec>,
-        }
         let config_err = |reason: String| SimError::Config {
             path: path.to_owned(),
             reason,
         };
-        let text = std::fs::read_to_string(path).map_err(|source| SimError::Io {
-            path: path.to_owned(),
-            source,
+        let read = self.policy_reader.ok_or_else(|| {
+            SimError::Usage(
+                "--config needs a configuration reader (the sluicegate binary has it)".to_owned(),
+            )
         })?;
-        let file: PoliciesOnly = toml::from_str(&text).map_err(|e| config_err(e.to_string()))?;
-        if file.policies.is_empty() {
+        let specs = read(path).map_err(SimError::Read)?;
+        if specs.is_empty() {
             return Err(config_err("the file has no [[policies]]".to_owned()));
         }
         if self.policies.is_empty() {
-            return Ok(file.policies);
+            return Ok(specs);
         }
         self.policies
             .iter()
             .map(|wanted| {
-                file.policies
+                specs
                     .iter()
                     .find(|p| &p.name == wanted)
                     .cloned()

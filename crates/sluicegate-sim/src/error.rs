@@ -15,6 +15,14 @@ pub enum SimError {
         /// What is wrong with it.
         source: PolicyError,
     },
+    /// A policy built from the flags (over the config file's) breaks the policy rules.
+    #[error("policy {name:?}: {errors}")]
+    Invalid {
+        /// The policy's name.
+        name: String,
+        /// Every mistake, `field: why`, separated by `; `.
+        errors: String,
+    },
     /// A flag is missing or out of range.
     #[error("{0}")]
     Usage(String),
@@ -33,7 +41,10 @@ pub enum SimError {
         /// What is wrong with the line.
         reason: String,
     },
-    /// The config file does not parse or its `[[policies]]` are invalid.
+    /// The configuration reader's errors, each with its file, line and column.
+    #[error("{0}")]
+    Read(String),
+    /// The config file has no policy to simulate, or not the one asked for.
     #[error("{path}: {reason}")]
     Config {
         /// The config file.

@@ -3,8 +3,9 @@
 //! # The rule (a gradient, after Envoy's adaptive concurrency filter and Netflix's
 //! concurrency-limits `Gradient2`)
 //!
-//! Every response that held a slot gives one sample: the time it held the slot (its
-//! round-trip time through the upstream). Samples are gathered in windows of
+//! Every response that held a slot to its end gives one sample: the time it held the slot
+//! (its round-trip time through the upstream). Requests cut short give none (the caller
+//! frees their slot with [`Scheduler::withdraw`](crate::Scheduler::withdraw)). Samples are gathered in windows of
 //! `max(limit, 8)` responses — about one round trip's worth at the current limit. At the
 //! end of each window, with `rtt` the window's mean:
 //!

@@ -454,7 +454,16 @@ pub use parse::parse_upstream;
 
 /// Parses and validates configuration text; `path` only labels the errors.
 pub fn load(text: &str, path: &Path) -> Result<Config, Diagnostics> {
-    parse::parse(text, path)
+    parse::parse(text, path).map(|(config, _)| config)
+}
+
+/// The `[[policies]]` of a configuration file as written (for `sluicegate simulate`, which
+/// lays its flags over them), read and validated by the same reader as `serve` and
+/// `validate`, so a mistake gets the same message, line and column.
+pub fn policy_specs(path: &Path) -> Result<Vec<sluicegate_core::PolicySpec>, Diagnostics> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| Diagnostics::single(path, format!("cannot read {}: {e}", path.display())))?;
+    parse::parse(&text, path).map(|(_, specs)| specs)
 }
 
 #[cfg(test)]

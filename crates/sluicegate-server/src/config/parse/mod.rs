@@ -11,10 +11,10 @@ use std::time::Duration;
 use ipnet::IpNet;
 use serde::de::{DeserializeOwned, IntoDeserializer};
 use sluicegate_core::spec::parse_duration;
-use sluicegate_core::{
-    AlgorithmKind, MAX_PERIOD, Mode, OnStoreError, Policy, PolicyError, PolicySpec,
+use sluicegate_core::{AlgorithmKind, Mode, OnStoreError, Policy, PolicySpec};
+use sluicegate_middleware::{
+    ClientIpHeader, HeaderSet, KeySpec, RouteError, RouteField, RouteFieldError, RouteSpec,
 };
-use sluicegate_middleware::{ClientIpHeader, HeaderSet, KeySpec, RouteSpec, RouteTable};
 use toml::Spanned;
 use toml::de::{DeTable, DeValue};
 
@@ -119,7 +119,8 @@ const ENVOY: &[&str] = &[
 
 type Value<'i> = Spanned<DeValue<'i>>;
 
-pub(super) fn parse(text: &str, path: &Path) -> Result<Config, Diagnostics> {
+/// The configuration, and its policies as written.
+pub(super) fn parse(text: &str, path: &Path) -> Result<(Config, Vec<PolicySpec>), Diagnostics> {
     let mut c = Collector::new(text);
     let root = match DeTable::parse(text) {
         Ok(root) => root,
@@ -133,6 +134,7 @@ pub(super) fn parse(text: &str, path: &Path) -> Result<Config, Diagnostics> {
         defined: Vec::new(),
         concurrency_uses: Vec::new(),
         pools_defined: Vec::new(),
+        specs: Vec::new(),
     };
     let root_span = root.span();
     let root = root.into_inner();
@@ -163,16 +165,19 @@ pub(super) fn parse(text: &str, path: &Path) -> Result<Config, Diagnostics> {
         return Err(r.c.finish(path));
     }
     match (server, store) {
-        (Some(server), Some(store)) => Ok(Config {
-            server,
-            store,
-            policies: policies.into_iter().map(|(p, _)| p).collect(),
-            overrides,
-            routes,
-            pools,
-            gateway,
-            envoy,
-        }),
+        (Some(server), Some(store)) => Ok((
+            Config {
+                server,
+                store,
+                policies: policies.into_iter().map(|(p, _)| p).collect(),
+                overrides,
+                routes,
+                pools,
+                gateway,
+                envoy,
+            },
+            r.specs,
+        )),
         // Every `None` above recorded an error, so this is unreachable in practice; still a
         // clean error rather than a panic.
         _ => Err(Diagnostics::single(path, "invalid configuration".into())),
@@ -188,6 +193,8 @@ struct Reader<'t> {
     /// Every pool name in the file, valid pool or not (a route on an invalid pool is not
     /// reported again as naming an unknown one).
     pools_defined: Vec<String>,
+    /// Every valid policy as written.
+    specs: Vec<PolicySpec>,
 }
 
 impl Reader<'_> {

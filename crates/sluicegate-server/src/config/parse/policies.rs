@@ -38,6 +38,9 @@ impl Reader<'_> {
         out
     }
 
+    /// One `[[policies]]` table: the reader checks what TOML decides (unknown fields,
+    /// types, the required `name`, `algorithm` and `limit`); [`PolicySpec::validate`] checks
+    /// everything else, and each of its errors is reported at its field's place.
     pub(super) fn policy(
         &mut self,
         t: &DeTable<'_>,
@@ -49,194 +52,41 @@ impl Reader<'_> {
         let name = self.required::<String>(t, "name", what, &span);
         let algorithm = self.required::<AlgorithmKind>(t, "algorithm", what, &span);
         let limit = self.required::<u64>(t, "limit", what, &span);
-        // Concurrency has a lease instead of a period (checked with the spec below).
-        let concurrency = algorithm
-            .as_ref()
-            .is_some_and(|a| a.get_ref().is_concurrency());
-        let lease = self.get::<String>(t, "lease", what);
-        let calendar = self.get::<String>(t, "calendar", what);
-        let timezone = self.get::<String>(t, "timezone", what);
-        // A calendar replaces the period: exactly one of them.
-        let period = match &calendar {
-            None if concurrency => self.get::<String>(t, "period", what),
-            None => self.required::<String>(t, "period", what, &span),
-            Some(cal) => {
-                let period = self.get::<String>(t, "period", what);
-                if let Some(p) = &period {
-                    self.c.error(
-                        p.span(),
-                        format!(
-                            "period and calendar = {:?} both given; the calendar replaces the period",
-                            cal.get_ref()
-                        ),
-                    );
-                }
-                Some(Spanned::new(cal.span(), String::new()))
-            }
-        };
-        let burst = self.get::<u64>(t, "burst", what);
-        let mode = self.get::<Mode>(t, "mode", what);
-        let max_delay = self.get::<String>(t, "max_delay", what);
+        let mut text = |key: &str| self.get::<String>(t, key, what).map(Spanned::into_inner);
+        let (period, lease, max_delay) = (text("period"), text("lease"), text("max_delay"));
+        let (penalty, calendar, timezone) = (text("penalty"), text("calendar"), text("timezone"));
+        let burst = self.get::<u64>(t, "burst", what).map(Spanned::into_inner);
+        let mode = self.get::<Mode>(t, "mode", what).map(Spanned::into_inner);
         let on_store_error = self.get::<OnStoreError>(t, "on_store_error", what);
-        let penalty = self.get::<String>(t, "penalty", what);
-
-        // Each check on its own, so a policy with three mistakes reports three errors.
-        if let Some(name) = &name
-            && let Err(e @ PolicyError::InvalidName(_)) = Policy::builder(
-                name.get_ref(),
-                AlgorithmKind::Gcra,
-                1,
-                Duration::from_secs(1),
-            )
-            .build()
-        {
-            self.c.error(name.span(), e.to_string());
-        }
-        if let Some(limit) = &limit
-            && *limit.get_ref() == 0
-        {
-            self.c
-                .error(limit.span(), PolicyError::ZeroLimit.to_string());
-        }
-        if let Some(period) = period.as_ref().filter(|_| calendar.is_none()) {
-            match parse_duration(period.get_ref()) {
-                Ok(d) if d.as_micros() == 0 => self
-                    .c
-                    .error(period.span(), PolicyError::ZeroPeriod.to_string()),
-                Ok(d) if d > MAX_PERIOD => self
-                    .c
-                    .error(period.span(), PolicyError::TooLong("period").to_string()),
-                Ok(_) => {}
-                Err(e) => self.c.error(period.span(), e.to_string()),
-            }
-        }
-        if let Some(burst) = &burst
-            && *burst.get_ref() == 0
-        {
-            self.c
-                .error(burst.span(), PolicyError::ZeroBurst.to_string());
-        }
-        if let (Some(mode), Some(algorithm)) = (&mode, &algorithm)
-            && *mode.get_ref() == Mode::Delay
-            && !algorithm.get_ref().supports_delay()
-        {
-            self.c.error(
-                mode.span(),
-                PolicyError::DelayOnWindow(*algorithm.get_ref()).to_string(),
-            );
-        }
-        if let Some(max_delay) = &max_delay {
-            match parse_duration(max_delay.get_ref()) {
-                Ok(d) if d > MAX_PERIOD => self.c.error(
-                    max_delay.span(),
-                    PolicyError::TooLong("max_delay").to_string(),
-                ),
-                Ok(_) => {}
-                Err(e) => self.c.error(max_delay.span(), e.to_string()),
-            }
-        }
-        if let Some(penalty) = &penalty {
-            match parse_duration(penalty.get_ref()) {
-                Ok(d) if d.is_zero() => self.c.error(
-                    penalty.span(),
-                    "penalty must be longer than 0 (remove it for no penalty)",
-                ),
-                Ok(d)
-                    if sluicegate_core::clock::micros(d) > sluicegate_core::policy::MAX_PENALTY =>
-                {
-                    self.c
-                        .error(penalty.span(), PolicyError::PenaltyTooLong.to_string())
-                }
-                Ok(_) => {}
-                Err(e) => self.c.error(penalty.span(), e.to_string()),
-            }
-        }
-        if let Err(e) = sluicegate_core::spec::parse_calendar(
-            calendar.as_ref().map(|c| c.get_ref().as_str()),
-            timezone.as_ref().map(|z| z.get_ref().as_str()),
-        ) {
-            let at = timezone.as_ref().or(calendar.as_ref()).map(Spanned::span);
-            self.c.error(at.unwrap_or(span.clone()), e.to_string());
-        }
-        if let (Some(cal), Some(algorithm)) = (&calendar, &algorithm)
-            && *algorithm.get_ref() != AlgorithmKind::FixedWindow
-        {
-            self.c.error(
-                cal.span(),
-                PolicyError::CalendarNeedsFixedWindow(*algorithm.get_ref()).to_string(),
-            );
-        }
-        self.concurrency_fields(t, concurrency, lease.as_ref());
+        let spec = PolicySpec {
+            name: name?.into_inner(),
+            algorithm: algorithm?.into_inner(),
+            limit: limit?.into_inner(),
+            period: period.unwrap_or_default(),
+            lease,
+            burst,
+            mode: mode.unwrap_or_default(),
+            max_delay,
+            on_store_error: on_store_error.map(Spanned::into_inner).unwrap_or_default(),
+            penalty,
+            calendar,
+            timezone,
+        };
         if self.c_len() > before {
             return None;
         }
-        let (name, algorithm, limit) = (name?, algorithm?, limit?);
-        let spec = PolicySpec {
-            name: name.get_ref().clone(),
-            algorithm: algorithm.into_inner(),
-            limit: *limit.get_ref(),
-            period: period.map(Spanned::into_inner).unwrap_or_default(),
-            lease: lease.map(Spanned::into_inner),
-            burst: burst.map(Spanned::into_inner),
-            mode: mode.map(Spanned::into_inner).unwrap_or_default(),
-            max_delay: max_delay.map(Spanned::into_inner),
-            on_store_error: on_store_error.map(Spanned::into_inner).unwrap_or_default(),
-            penalty: penalty.map(Spanned::into_inner),
-            calendar: calendar.map(Spanned::into_inner),
-            timezone: timezone.map(Spanned::into_inner),
-        };
-        match spec.build() {
-            Ok(policy) => Some((policy, name.span())),
-            Err(e) => {
-                // Only the cross-field limits (overflow) are left at this point.
-                self.c.error(limit.span(), e.to_string());
-                None
+        let name_span = t.get("name").map_or(span.clone(), |v| v.span());
+        match spec.validate() {
+            Ok(policy) => {
+                self.specs.push(spec);
+                Some((policy, name_span))
             }
-        }
-    }
-}
-
-impl Reader<'_> {
-    /// The fields that only one kind of policy has: `lease` (concurrency), `period`,
-    /// `burst` and `max_delay` (rate algorithms), each reported at its own line.
-    fn concurrency_fields(
-        &mut self,
-        t: &DeTable<'_>,
-        concurrency: bool,
-        lease: Option<&Spanned<String>>,
-    ) {
-        if let Some(lease) = lease {
-            if !concurrency {
-                self.c.error(
-                    lease.span(),
-                    "lease is for algorithm \"concurrency\" only".to_owned(),
-                );
-            } else {
-                match parse_duration(lease.get_ref()) {
-                    Ok(d) if d.as_micros() == 0 => self
-                        .c
-                        .error(lease.span(), "lease must be at least 1µs".to_owned()),
-                    Ok(_) => {}
-                    Err(e) => self.c.error(lease.span(), e.to_string()),
+            Err(errors) => {
+                for e in errors {
+                    let at = t.get(e.field).map_or(span.clone(), |v| v.span());
+                    self.c.error(at, e.to_string());
                 }
-            }
-        }
-        if !concurrency {
-            return;
-        }
-        for (field, why) in [
-            (
-                "period",
-                "concurrency has no period: set lease (how long an unreleased request holds its slot)",
-            ),
-            (
-                "burst",
-                "burst is not used by concurrency: limit is the number in flight",
-            ),
-            ("max_delay", "max_delay is not used by concurrency"),
-        ] {
-            if let Some(value) = t.get(field) {
-                self.c.error(value.span(), why.to_owned());
+                None
             }
         }
     }

@@ -25,6 +25,10 @@ impl Reader<'_> {
         out
     }
 
+    /// One `[[routes]]` table: the reader checks what TOML decides (unknown fields, types,
+    /// the required `path` and `policies`, the key's syntax, CIDRs, the pool); the
+    /// middleware's [`RouteSpec::check`] checks the route, and each of its errors is
+    /// reported at its field's place.
     pub(super) fn route(
         &mut self,
         t: &DeTable<'_>,
@@ -36,124 +40,31 @@ impl Reader<'_> {
         self.unknown(t, "[[routes]]", ROUTE);
         let before = self.c_len();
         let path = self.required::<String>(t, "path", what, &span);
-        if let Some(path) = &path
-            && (!path.get_ref().starts_with('/') || path.get_ref().parse::<http::Uri>().is_err())
-        {
-            self.c.error(
-                path.span(),
-                format!(
-                    "route path {:?} must be a URL path starting with /",
-                    path.get_ref()
-                ),
-            );
-        }
-        let mut methods = None;
-        if let Some(list) = self.get::<Vec<Spanned<String>>>(t, "methods", what) {
-            if list.get_ref().is_empty() {
-                self.c.error(
-                    list.span(),
-                    "methods = [] would never match; omit it to match every method",
-                );
-            }
-            let methods = methods.get_or_insert_with(Vec::new);
-            for m in list.into_inner() {
-                let upper = m.get_ref().to_ascii_uppercase();
-                match http::Method::from_bytes(upper.as_bytes()) {
-                    Ok(_) if !upper.is_empty() => methods.push(upper),
-                    _ => self
-                        .c
-                        .error(m.span(), format!("invalid HTTP method {:?}", m.get_ref())),
-                }
-            }
-        }
-        let mut headers = BTreeMap::new();
-        if let Some(map) =
-            self.get::<BTreeMap<Spanned<String>, Spanned<String>>>(t, "headers", what)
-        {
-            for (name, value) in map.into_inner() {
-                let lower = name.get_ref().to_ascii_lowercase();
-                if http::HeaderName::from_bytes(lower.as_bytes()).is_err() {
-                    self.c.error(
-                        name.span(),
-                        format!("invalid header name {:?}", name.get_ref()),
-                    );
-                } else if http::HeaderValue::from_str(value.get_ref()).is_err() {
-                    self.c.error(
-                        value.span(),
-                        format!("invalid header value {:?}", value.get_ref()),
-                    );
-                } else {
-                    headers.insert(lower, value.into_inner());
-                }
-            }
-        }
-        let mut names = Vec::new();
-        match self.required::<Vec<Spanned<String>>>(t, "policies", what, &span) {
-            Some(list) if list.get_ref().is_empty() => {
-                self.c
-                    .error(list.span(), "a route needs at least one policy");
-            }
-            Some(list) => {
-                for name in list.into_inner() {
-                    if !self.defined.contains(name.get_ref()) {
-                        self.c.error(
-                            name.span(),
-                            format!(
-                                "unknown policy {:?} (not defined in [[policies]])",
-                                name.get_ref()
-                            ),
-                        );
-                    } else if names.contains(name.get_ref()) {
-                        self.c.error(
-                            name.span(),
-                            format!("policy {:?} listed twice", name.get_ref()),
-                        );
-                    } else {
-                        if policies.iter().any(|(p, _)| {
-                            p.name() == name.get_ref() && p.algorithm().is_concurrency()
-                        }) {
-                            self.concurrency_uses
-                                .push((name.span(), name.get_ref().clone()));
-                        }
-                        names.push(name.into_inner());
-                    }
-                }
-            }
-            None => {}
-        }
-        let mut key = KeySpec::Ip;
-        if let Some(text) = self.get::<String>(t, "key", what) {
-            match text.get_ref().parse::<KeySpec>() {
-                Ok(k) => key = k,
-                Err(_) => self.c.error(
-                    text.span(),
-                    format!(
-                        "invalid key {:?}; expected ip, global, header:<name>, query:<name>, cookie:<name>, or up to 8 of ip/header/query/cookie joined by + (e.g. \"ip+header:x-api-key\")",
-                        text.get_ref()
-                    ),
-                ),
-            }
-        }
+        let methods = self.get::<Vec<Spanned<String>>>(t, "methods", what);
+        let headers = self.get::<BTreeMap<Spanned<String>, Spanned<String>>>(t, "headers", what);
+        let names = self.required::<Vec<Spanned<String>>>(t, "policies", what, &span);
+        let key = self.route_key(t);
         let route_path = path.as_ref().map_or(String::new(), |p| p.get_ref().clone());
         let (pool, level, weight) = self.route_pool(t, &route_path, pools);
         let allow = self.cidrs(t, "allow", what).unwrap_or_default();
         let deny = self.cidrs(t, "deny", what).unwrap_or_default();
-        if self.c_len() > before
-            || names
-                .iter()
-                .any(|n| !policies.iter().any(|(p, _)| p.name() == n))
-        {
-            return None;
-        }
         let case_insensitive = self
             .get::<bool>(t, "case_insensitive", what)
             .is_some_and(Spanned::into_inner);
+        let plain = |list: &Spanned<Vec<Spanned<String>>>| -> Vec<String> {
+            list.get_ref().iter().map(|s| s.get_ref().clone()).collect()
+        };
         let spec = RouteSpec {
             path: path?.into_inner(),
-            methods,
-            headers,
-            policies: names,
-            key,
+            methods: methods.as_ref().map(plain),
+            headers: headers.as_ref().map_or_else(BTreeMap::new, |map| {
+                map.get_ref()
+                    .iter()
+                    .map(|(k, v)| (k.get_ref().to_ascii_lowercase(), v.get_ref().clone()))
+                    .collect()
+            }),
+            policies: names.as_ref().map(plain).unwrap_or_default(),
+            key: key.unwrap_or_default(),
             case_insensitive,
             pool,
             level,
@@ -161,17 +72,85 @@ impl Reader<'_> {
             allow,
             deny,
         };
-        // The middleware has the last word on what a route is.
-        let lookup = |name: &str| {
-            policies
-                .iter()
-                .find(|(p, _)| p.name() == name)
-                .map(|(p, _)| Arc::clone(p))
+        let names = names?;
+        let places = Places {
+            path: t.get("path").map_or(span.clone(), |v| v.span()),
+            table: span,
+            methods: methods.as_ref(),
+            headers: headers.as_ref(),
+            policies: &names,
         };
-        for (_, e) in RouteTable::validate(std::slice::from_ref(&spec), lookup) {
-            self.c.error(span.clone(), e.to_string());
+        for e in spec.check(|name| self.defined.iter().any(|d| d == name)) {
+            self.c.error(places.of(&e), e.to_string());
         }
-        (self.c_len() == before).then_some(spec)
+        self.note_concurrency(&names, policies);
+        // A route naming a policy that is itself invalid: that policy's error was reported.
+        let resolved = spec
+            .policies
+            .iter()
+            .all(|n| policies.iter().any(|(p, _)| p.name() == n));
+        (self.c_len() == before && resolved).then_some(spec)
+    }
+
+    /// The route's `key`, parsed: `None` (reported) when it is not a key.
+    fn route_key(&mut self, t: &DeTable<'_>) -> Option<KeySpec> {
+        let text = self.get::<String>(t, "key", "route")?;
+        match text.get_ref().parse::<KeySpec>() {
+            Ok(key) => Some(key),
+            Err(e) => {
+                self.c.error(text.span(), e.to_string());
+                None
+            }
+        }
+    }
+
+    /// Remembers where routes name a concurrency policy (see [`Self::concurrency_without_gateway`]).
+    fn note_concurrency(
+        &mut self,
+        names: &Spanned<Vec<Spanned<String>>>,
+        policies: &[(Arc<Policy>, Range<usize>)],
+    ) {
+        for name in names.get_ref() {
+            let concurrency = policies
+                .iter()
+                .any(|(p, _)| p.name() == name.get_ref() && p.algorithm().is_concurrency());
+            if concurrency {
+                self.concurrency_uses
+                    .push((name.span(), name.get_ref().clone()));
+            }
+        }
+    }
+}
+
+/// Where a route's fields are in the file.
+struct Places<'a> {
+    table: Range<usize>,
+    path: Range<usize>,
+    methods: Option<&'a Spanned<Vec<Spanned<String>>>>,
+    headers: Option<&'a Spanned<BTreeMap<Spanned<String>, Spanned<String>>>>,
+    policies: &'a Spanned<Vec<Spanned<String>>>,
+}
+
+impl Places<'_> {
+    /// The span of the mistake's field (a header condition's value when the value is
+    /// wrong); the table's when the field is not written.
+    fn of(&self, e: &RouteFieldError) -> Range<usize> {
+        let value = matches!(e.error, RouteError::InvalidHeaderValue { .. });
+        let entry = |list: &Spanned<Vec<Spanned<String>>>, i: &Option<usize>| match i {
+            Some(i) => list.get_ref().get(*i).map_or(list.span(), Spanned::span),
+            None => list.span(),
+        };
+        match &e.field {
+            RouteField::Path => self.path.clone(),
+            RouteField::Methods(i) => self.methods.map_or(self.table.clone(), |m| entry(m, i)),
+            RouteField::Policies(i) => entry(self.policies, i),
+            RouteField::Headers(name) => self.headers.map_or(self.table.clone(), |map| {
+                map.get_ref()
+                    .iter()
+                    .find(|(k, _)| k.get_ref().eq_ignore_ascii_case(name))
+                    .map_or(map.span(), |(k, v)| if value { v.span() } else { k.span() })
+            }),
+        }
     }
 }
 
