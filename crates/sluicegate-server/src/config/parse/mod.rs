@@ -95,6 +95,9 @@ const ROUTE: &[&str] = &[
     "pool",
     "level",
     "weight",
+    "cost",
+    "settle",
+    "count",
 ];
 const POOL: &[&str] = &[
     "name",
