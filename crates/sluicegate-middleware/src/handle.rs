@@ -20,7 +20,7 @@ use crate::limiter::RateLimiter;
 /// let handle = LimiterHandle::new(RateLimiter::builder(store.clone()).build()?);
 /// let layer = RateLimitLayer::from_handle(handle.clone());
 /// // Later, on reload:
-/// handle.store(RateLimiter::builder(store).build()?);
+/// handle.replace(RateLimiter::builder(store).build()?);
 /// # Ok::<(), sluicegate_middleware::BuildError>(())
 /// ```
 #[derive(Clone)]
@@ -38,12 +38,12 @@ impl LimiterHandle {
     }
 
     /// Replaces the limiter.
-    pub fn store(&self, limiter: RateLimiter) {
+    pub fn replace(&self, limiter: RateLimiter) {
         self.0.store(Arc::new(limiter));
     }
 
     /// Replaces the limiter with one already shared.
-    pub fn store_arc(&self, limiter: Arc<RateLimiter>) {
+    pub fn replace_arc(&self, limiter: Arc<RateLimiter>) {
         self.0.store(limiter);
     }
 }

@@ -38,7 +38,7 @@ async fn a_swapped_limiter_applies_to_the_next_request() {
     let url = format!("{base}/api/x");
     assert_eq!(statuses(&client, &url, 3).await, [200, 200, 429]);
     // A policy with new numbers starts from a fresh state.
-    handle.store(limiter(store, 5, observer.clone()));
+    handle.replace(limiter(store, 5, observer.clone()));
     assert_eq!(
         statuses(&client, &url, 6).await,
         [200, 200, 200, 200, 200, 429]

@@ -7,13 +7,11 @@ use std::net::SocketAddr;
 
 use sluicegate_envoy::RateLimitService;
 
-use crate::config::EnvoyConfig;
 use crate::state::AppState;
 
 /// Runs the Envoy gRPC service until `shutdown` resolves.
 pub async fn run(
     addr: SocketAddr,
-    _config: EnvoyConfig,
     state: AppState,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<(), String> {

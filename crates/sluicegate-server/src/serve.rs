@@ -102,13 +102,10 @@ async fn serve(
         let running = crate::gateway::start(listeners, state.clone(), stop_rx.clone()).await?;
         tasks.spawn(running);
     }
-    if let Some(envoy) = config.envoy.clone()
-        && let Some(addr) = envoy.listen
-    {
+    if let Some(addr) = config.envoy.as_ref().and_then(|envoy| envoy.listen) {
         println!("  envoy grpc://{addr}");
         tasks.spawn(crate::envoy::run(
             addr,
-            envoy,
             state.clone(),
             stopped(stop_rx.clone()),
         ));

@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use ipnet::IpNet;
 use sluicegate_core::Policy;
+use sluicegate_envoy::EnvoySection;
 use sluicegate_middleware::{ClientIpHeader, HeaderSet, RouteSpec};
 
 pub use diagnostic::{Diagnostic, Diagnostics};
@@ -39,7 +40,7 @@ pub struct Config {
     /// `[gateway]`: the reverse proxy, when configured.
     pub gateway: Option<GatewayConfig>,
     /// `[envoy]`: the Envoy rate limit service, when configured.
-    pub envoy: Option<EnvoyConfig>,
+    pub envoy: Option<EnvoySection>,
 }
 
 /// One `[[overrides]]` entry: `key`'s own numbers under the policy named `policy`.
@@ -237,10 +238,6 @@ pub struct GatewayConfig {
 /// Default of `gateway.upstream_timeout`.
 pub const DEFAULT_UPSTREAM_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// `[envoy]` (listen, config, algorithm, `[[envoy.rules]]`): the Envoy crate's own model,
-/// so its options live in one place. `config` is resolved against the file's directory.
-pub type EnvoyConfig = sluicegate_envoy::EnvoySection;
-
 /// Command-line flags that override the file.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Overrides {
@@ -339,7 +336,7 @@ impl Config {
             });
         }
         if let Some(listen) = overrides.envoy_listen {
-            let envoy = self.envoy.get_or_insert_with(EnvoyConfig::default);
+            let envoy = self.envoy.get_or_insert_with(EnvoySection::default);
             envoy.listen = Some(listen);
         }
         if self.store.backend == Backend::Redis
@@ -384,7 +381,8 @@ impl Config {
 }
 
 impl StoreConfig {
-    /// `memory (max_keys 1000000)`, `redis redis://… (prefix sluicegate, timeout 50ms)`.
+    /// `memory (max_keys 1000000, max_memory 536870912 bytes)`, `redis redis://… (prefix
+    /// sluicegate, timeout 50ms)`.
     pub fn describe(&self) -> String {
         match self.backend {
             Backend::Memory => format!(

@@ -21,8 +21,8 @@ use toml::de::{DeTable, DeValue};
 use super::diagnostic::Collector;
 use super::{
     Backend, Config, ConnectionLimits, DEFAULT_MAX_KEYS, DEFAULT_MAX_WAITING,
-    DEFAULT_UPSTREAM_TIMEOUT, Diagnostics, EnvoyConfig, ForwardAuthSource, GatewayConfig,
-    ServerConfig, StoreConfig,
+    DEFAULT_UPSTREAM_TIMEOUT, Diagnostics, ForwardAuthSource, GatewayConfig, ServerConfig,
+    StoreConfig,
 };
 
 mod overrides;
@@ -139,7 +139,6 @@ pub(super) fn parse(text: &str, path: &Path) -> Result<(Config, Vec<PolicySpec>)
         pools_defined: Vec::new(),
         specs: Vec::new(),
     };
-    let root_span = root.span();
     let root = root.into_inner();
     r.unknown(&root, "the top level", TOP);
 
@@ -153,7 +152,7 @@ pub(super) fn parse(text: &str, path: &Path) -> Result<(Config, Vec<PolicySpec>)
     }
     let overrides = r.overrides(root.get("overrides"), &policies, store.as_ref());
     let pools = r.pools(root.get("pools"));
-    let routes = r.routes(root.get("routes"), &policies, &pools, root_span.clone());
+    let routes = r.routes(root.get("routes"), &policies, &pools);
     let gateway = r
         .section(&root, "gateway")
         .and_then(|(t, s)| r.gateway(t, s));

@@ -8,7 +8,6 @@ impl Reader<'_> {
         value: Option<&Value<'_>>,
         policies: &[(Arc<Policy>, Range<usize>)],
         pools: &[sluicegate_throttle::ValidPool],
-        _root: Range<usize>,
     ) -> Vec<RouteSpec> {
         let Some(value) = value else {
             return Vec::new();

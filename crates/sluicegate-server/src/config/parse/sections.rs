@@ -84,25 +84,8 @@ impl Reader<'_> {
         if let Some(ttl) = self.duration(t, "reservation_ttl", what) {
             server.reservation_ttl = ttl;
         }
-        if let Some(sets) = self.get::<Vec<Spanned<String>>>(t, "headers", what) {
-            let mut parsed = Vec::new();
-            for set in sets.into_inner() {
-                match set.get_ref().parse::<HeaderSet>() {
-                    Ok(h) if parsed.contains(&h) => self.c.error(
-                        set.span(),
-                        format!("header set {:?} listed twice", set.get_ref()),
-                    ),
-                    Ok(h) => parsed.push(h),
-                    Err(_) => self.c.error(
-                        set.span(),
-                        format!(
-                            "unknown header set {:?}; expected draft-6, ietf or legacy",
-                            set.get_ref()
-                        ),
-                    ),
-                }
-            }
-            server.headers = parsed;
+        if let Some(sets) = self.header_sets(t) {
+            server.headers = sets;
         }
         if let Some(status) = self.get::<u64>(t, "forward_auth_deny_status", what) {
             if (400..=599).contains(status.get_ref()) {
@@ -116,6 +99,23 @@ impl Reader<'_> {
         }
         self.server_hardening(t, &mut server);
         Some(server)
+    }
+
+    /// `headers`: each set once, named as [`HeaderSet`] parses it.
+    fn header_sets(&mut self, t: &DeTable<'_>) -> Option<Vec<HeaderSet>> {
+        let sets = self.get::<Vec<Spanned<String>>>(t, "headers", "[server]")?;
+        let mut parsed = Vec::new();
+        for set in sets.into_inner() {
+            match set.get_ref().parse::<HeaderSet>() {
+                Ok(h) if parsed.contains(&h) => self.c.error(
+                    set.span(),
+                    format!("header set {:?} listed twice", set.get_ref()),
+                ),
+                Ok(h) => parsed.push(h),
+                Err(e) => self.c.error(set.span(), e.to_string()),
+            }
+        }
+        Some(parsed)
     }
 
     /// `client_ip_header`, `forward_auth_source` and the connection limits.
@@ -284,7 +284,7 @@ impl Reader<'_> {
         t: &DeTable<'_>,
         file: &Path,
         policies: &[(Arc<Policy>, Range<usize>)],
-    ) -> EnvoyConfig {
+    ) -> sluicegate_envoy::EnvoySection {
         let what = "[envoy]";
         self.unknown(t, what, ENVOY);
         let listen = if t.get("listen").is_some() {
@@ -313,7 +313,7 @@ impl Reader<'_> {
             flag("quota"),
             flag("dynamic_metadata"),
         );
-        let section = EnvoyConfig {
+        let section = sluicegate_envoy::EnvoySection {
             listen,
             config,
             algorithm: algorithm.map(Spanned::into_inner),
@@ -367,7 +367,7 @@ impl Reader<'_> {
     /// Compiles the section as `sluicegate-envoy` will, so its errors show at load time.
     fn envoy_compiles(
         &mut self,
-        section: &EnvoyConfig,
+        section: &sluicegate_envoy::EnvoySection,
         policies: &[(Arc<Policy>, Range<usize>)],
         config_key: Option<&Spanned<String>>,
         rules: Option<&Spanned<Vec<sluicegate_envoy::RuleSpec>>>,
