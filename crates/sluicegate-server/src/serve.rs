@@ -117,11 +117,25 @@ async fn serve(
     if let Some(path) = &args.config {
         println!("watching {} for changes", path.display());
     }
+    let snapshot = state.memory().zip(config.store.snapshot.clone());
+    if let Some((memory, path)) = &snapshot {
+        crate::snapshot::spawn(
+            Arc::clone(memory),
+            path.clone(),
+            config.store.snapshot_interval,
+            stop_rx.clone(),
+        );
+    }
     println!("ready");
     use std::io::Write;
     let _ = std::io::stdout().flush();
 
-    wait_then_drain(signal, tasks, stop_tx).await
+    let served = wait_then_drain(signal, tasks, stop_tx).await;
+    // After the drain, so the requests that were in flight are counted too.
+    if let Some((memory, path)) = snapshot {
+        crate::snapshot::write_logged(memory, path, true).await;
+    }
+    served
 }
 
 /// The store, the observers (metrics and the dashboard, which sees every verdict next to

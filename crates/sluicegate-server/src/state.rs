@@ -278,6 +278,11 @@ impl AppState {
         self.retain(&keep);
     }
 
+    /// The in-memory store, when that is the store.
+    pub fn memory(&self) -> Option<Arc<MemoryStore>> {
+        self.memory.clone()
+    }
+
     fn retain(&self, keep: &[Arc<Policy>]) {
         if let Some(memory) = &self.memory {
             memory.retain_policies(keep);

@@ -24,8 +24,12 @@ pub struct OpenedStore {
 pub async fn open(config: &StoreConfig) -> Result<OpenedStore, String> {
     match config.backend {
         Backend::Memory => {
-            let memory =
-                Arc::new(MemoryStore::new(config.max_keys).with_max_memory(config.max_memory));
+            let fresh = || MemoryStore::new(config.max_keys).with_max_memory(config.max_memory);
+            let memory = match &config.snapshot {
+                Some(path) => crate::snapshot::restore(fresh(), path, fresh),
+                None => fresh(),
+            };
+            let memory = Arc::new(memory);
             Ok(OpenedStore {
                 store: Arc::new(Timed::new(Arc::clone(&memory))),
                 memory: Some(memory),

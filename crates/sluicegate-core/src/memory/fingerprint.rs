@@ -33,6 +33,16 @@ impl KeyHasher {
         ))
     }
 
+    /// The hasher of a snapshot's key, so restored fingerprints name the same keys.
+    pub(crate) fn from_key(k0: u64, k1: u64) -> Self {
+        KeyHasher(Sip::new(k0, k1))
+    }
+
+    /// Its key (secret: it is what keeps fingerprints unpredictable; snapshots hold it).
+    pub(crate) fn key(&self) -> (u64, u64) {
+        self.0.key()
+    }
+
     /// The fingerprint of `key`.
     #[inline]
     pub(crate) fn fingerprint(&self, key: &str) -> Fingerprint {
@@ -43,6 +53,11 @@ impl KeyHasher {
 }
 
 impl Fingerprint {
+    /// A fingerprint read back from a snapshot; `None` for bits no fingerprint has.
+    pub(crate) fn from_bits(bits: u64) -> Option<Self> {
+        (bits != 0 && bits & 1 == 0).then_some(Fingerprint(bits))
+    }
+
     /// The raw bits (bit 0 clear, never 0).
     #[inline]
     pub(crate) fn bits(self) -> u64 {

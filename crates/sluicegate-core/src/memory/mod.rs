@@ -51,10 +51,12 @@
 
 mod fingerprint;
 mod keyed;
+mod persist;
 mod raw;
 mod registry;
 mod shard;
 mod siphash;
+mod snapshot;
 mod typed;
 
 use std::sync::Arc;
@@ -75,6 +77,7 @@ use registry::{PolicyRef, Registry};
 use shard::{Padded, StoreShard, Target, shard_cap, shard_count};
 
 pub use keyed::KeyedLimiter;
+pub use snapshot::{SnapshotError, SnapshotInfo, SnapshotWriter};
 
 /// Default bound on tracked keys.
 pub const DEFAULT_MAX_KEYS: usize = 1_000_000;

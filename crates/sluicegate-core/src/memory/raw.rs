@@ -177,6 +177,13 @@ impl<S: Default> RawTable<S> {
         self.sweep = 0;
     }
 
+    /// Visits every entry (for a snapshot).
+    pub(crate) fn for_each(&self, mut visit: impl FnMut(Fingerprint, &S)) {
+        for slot in self.slots.iter().filter(|s| s.tag != 0) {
+            visit(Fingerprint::from_tag(slot.tag), &slot.state);
+        }
+    }
+
     /// Inserts `fp` (not present) with a fresh state; the caller made room (`len < max_len`).
     pub(crate) fn insert(&mut self, fp: Fingerprint) -> usize {
         debug_assert!(self.len < self.max_len.max(1));

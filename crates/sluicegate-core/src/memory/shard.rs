@@ -12,7 +12,9 @@ use crate::overrides::Override;
 use crate::policy::Policy;
 
 use super::fingerprint::Fingerprint;
+use super::persist::{put_str, put_u32, put_u64};
 use super::registry::PolicyRef;
+use super::snapshot::put_numbers;
 use super::typed::{Numbers, PolicyTable, table_for};
 
 /// Most shards a store or limiter uses.
@@ -456,6 +458,137 @@ impl StoreShard {
             && table.remove(t.fp)
         {
             self.count -= 1;
+        }
+    }
+
+    /// This shard's block of a snapshot (see `snapshot.rs`): its overrides, then per policy
+    /// its numbers, states and running penalties. `current` are the registry's policies; a
+    /// table of an older version is carried over to its current numbers first, one of a
+    /// dropped policy is left out. Returns the states written.
+    pub(crate) fn save(
+        &mut self,
+        current: &[(Arc<Policy>, PolicyRef)],
+        now: Micros,
+        out: &mut Vec<u8>,
+    ) -> u64 {
+        let overrides: Vec<(&Fingerprint, &KeyOverride)> = self
+            .overrides
+            .iter()
+            .flat_map(|(fp, list)| list.iter().map(move |o| (fp, o)))
+            .collect();
+        put_u32(out, overrides.len() as u32);
+        for (fp, o) in overrides {
+            put_str(out, &o.policy);
+            put_u64(out, fp.bits());
+            match o.value {
+                Some(v) => {
+                    out.push(1);
+                    put_u64(out, v.limit);
+                    put_u64(out, v.burst.unwrap_or(0));
+                    put_u64(out, v.period.unwrap_or(0));
+                }
+                None => out.push(0),
+            }
+            match &o.written {
+                Some(p) => {
+                    out.push(1);
+                    put_numbers(out, p);
+                }
+                None => out.push(0),
+            }
+        }
+        let mut saved = Vec::new();
+        for index in 0..self.tables.len() {
+            let Some(held) = &self.tables[index] else {
+                continue;
+            };
+            let Some((policy, r)) = current.iter().find(|(_, r)| r.index == index) else {
+                continue;
+            };
+            let same = held.id == r.id;
+            let older = held.id < r.id && held.lineage == r.lineage;
+            if (same || older) && self.table(r, policy, now).is_some() {
+                saved.push((policy, *r));
+            }
+        }
+        put_u32(out, saved.len() as u32);
+        let mut states = 0;
+        for (policy, r) in saved {
+            put_numbers(out, policy);
+            let at = out.len();
+            put_u32(out, 0);
+            let n = match &self.tables[r.index] {
+                Some(held) => held.table.save(out),
+                None => 0,
+            };
+            out[at..at + 4].copy_from_slice(&n.to_le_bytes());
+            states += u64::from(n);
+            let penalties: Vec<(Fingerprint, Micros)> = self
+                .penalties
+                .iter()
+                .filter(|((i, id, _), _)| (*i, *id) == (r.index, r.id))
+                .map(|((_, _, fp), end)| (*fp, *end))
+                .collect();
+            put_u32(out, penalties.len() as u32);
+            for (fp, end) in penalties {
+                put_u64(out, fp.bits());
+                put_u64(out, end);
+            }
+        }
+        states
+    }
+
+    /// Restores a key's override from a snapshot.
+    pub(crate) fn restore_override(
+        &mut self,
+        fp: Fingerprint,
+        policy: &str,
+        value: Option<Override>,
+        written: Option<Arc<Policy>>,
+    ) {
+        self.overrides.entry(fp).or_default().push(KeyOverride {
+            policy: policy.into(),
+            value,
+            effective: None,
+            written,
+        });
+    }
+
+    /// Restores one state from a snapshot (see [`PolicyTable::load_entry`]); `None` when
+    /// the bytes are not one. Within the shard's bound.
+    pub(crate) fn load_entry(
+        &mut self,
+        r: &PolicyRef,
+        policy: &Policy,
+        fp: Fingerprint,
+        input: &mut &[u8],
+        now: Micros,
+    ) -> Option<bool> {
+        let pinned = overridden(&self.overrides, policy.name(), fp);
+        let full = self.count >= self.cap;
+        let table = self.table(r, policy, now)?;
+        if full {
+            // Still read it, to move on to the next one.
+            let mut scratch = table_for(policy, 1);
+            return scratch.load_entry(fp, input, now, pinned).map(|_| false);
+        }
+        let kept = table.load_entry(fp, input, now, pinned)?;
+        if kept {
+            self.count += 1;
+        }
+        Some(kept)
+    }
+
+    /// Restores a running penalty from a snapshot (an ended one is dropped).
+    pub(crate) fn restore_penalty(
+        &mut self,
+        r: &PolicyRef,
+        fp: Fingerprint,
+        end: Micros,
+        now: Micros,
+    ) {
+        if end > now {
+            self.start_penalty((r.index, r.id, fp), end, now);
         }
     }
 

@@ -185,7 +185,15 @@ pub struct StoreConfig {
     pub max_keys: usize,
     /// Bound on the memory store's limiter state, bytes (sliding logs included).
     pub max_memory: usize,
+    /// Memory store: where its state is written on shutdown and every `snapshot_interval`,
+    /// and read back at start (resolved against the config file's directory).
+    pub snapshot: Option<std::path::PathBuf>,
+    /// How often the snapshot is written.
+    pub snapshot_interval: Duration,
 }
+
+/// Default of `store.snapshot_interval`.
+pub const DEFAULT_SNAPSHOT_INTERVAL: Duration = Duration::from_secs(30);
 
 /// Default of `store.max_memory`: 512 MiB.
 pub const DEFAULT_MAX_MEMORY: usize = 512 * 1024 * 1024;
@@ -554,6 +562,49 @@ mod tests {
         }
         let config = load("[store]\nmax_memory = 1048576\n", Path::new("t.toml")).unwrap();
         assert_eq!(config.store.max_memory, 1 << 20);
+    }
+
+    #[test]
+    fn snapshot_is_for_memory_and_relative_to_the_file() {
+        let config = load(
+            "[store]\nsnapshot = \"state.bin\"\nsnapshot_interval = \"5s\"\n",
+            Path::new("/etc/sg/t.toml"),
+        )
+        .unwrap();
+        assert_eq!(config.store.snapshot, Some("/etc/sg/state.bin".into()));
+        assert_eq!(config.store.snapshot_interval, Duration::from_secs(5));
+        let text =
+            "[store]\nbackend = \"redis\"\nurl = \"redis://127.0.0.1/0\"\nsnapshot = \"s\"\n";
+        let diags = load(text, Path::new("t.toml")).unwrap_err();
+        assert_eq!(diags.errors[0].line, 4);
+        assert!(diags.to_string().contains("snapshot is for"), "{diags}");
+    }
+
+    #[test]
+    fn overrides_are_checked_against_their_policy() {
+        let head = "[[policies]]\nname = \"api\"\nalgorithm = \"fixed_window\"\nlimit = 10\nperiod = \"1d\"\n";
+        let ok = format!("{head}[[overrides]]\npolicy = \"api\"\nkey = \"c-1\"\nlimit = 100\n");
+        let config = load(&ok, Path::new("t.toml")).unwrap();
+        assert_eq!(config.overrides[0].value.limit, 100);
+        for (bad, reason) in [
+            (
+                "policy = \"nope\"\nkey = \"k\"\nlimit = 1",
+                "unknown policy",
+            ),
+            (
+                "policy = \"api\"\nkey = \"k\"\nlimit = 0",
+                "limit must be at least 1",
+            ),
+            ("policy = \"api\"\nkey = \"\"\nlimit = 5", "key must be"),
+            (
+                "policy = \"api\"\nkey = \"k\"\nlimit = 5\ncolor = 1",
+                "unknown field",
+            ),
+        ] {
+            let text = format!("{head}[[overrides]]\n{bad}\n");
+            let diags = load(&text, Path::new("t.toml")).unwrap_err();
+            assert!(diags.to_string().contains(reason), "{bad}: {diags}");
+        }
     }
 
     #[test]

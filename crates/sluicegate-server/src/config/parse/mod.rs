@@ -68,6 +68,8 @@ const STORE: &[&str] = &[
     "timeout",
     "max_keys",
     "max_memory",
+    "snapshot",
+    "snapshot_interval",
 ];
 const POLICY: &[&str] = &[
     "name",
@@ -145,7 +147,7 @@ pub(super) fn parse(text: &str, path: &Path) -> Result<(Config, Vec<PolicySpec>)
     let server = r.section(&root, "server").map(|(t, _)| t);
     let server = r.server(server);
     let store = r.section(&root, "store").map(|(t, _)| t);
-    let store = r.store(store);
+    let store = r.store(store, path);
     let policies = r.policies(root.get("policies"));
     if let Some(store) = &store {
         r.store_can_decide(store, &policies);
