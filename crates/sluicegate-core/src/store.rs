@@ -214,7 +214,9 @@ pub struct Settlement<'a> {
     pub admitted_at: crate::clock::Micros,
     /// After this (store's clock) the reservation can no longer be settled.
     pub expires_at: crate::clock::Micros,
-    /// Names the reservation: a store settles one id once, until `expires_at`.
+    /// Names the reservation: a store settles one id once, until `expires_at`. Empty: no
+    /// one-time marker is kept (for callers that settle once by construction, like the
+    /// gateway and the tower layer settling a response's real cost).
     pub id: &'a str,
 }
 

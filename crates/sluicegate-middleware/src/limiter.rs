@@ -314,6 +314,8 @@ impl RateLimiter {
             wait_place: None,
             forbidden: true,
             pool: None,
+            cost: COST,
+            after: None,
         }
     }
 
@@ -321,7 +323,7 @@ impl RateLimiter {
     /// the stores refuse others, and that refusal is handled like a store failure).
     pub async fn check_key(&self, route: &Route, key: String) -> RateLimitDecision {
         let policies = route.policies();
-        let request = CheckRequest::new(policies, &key, COST);
+        let request = CheckRequest::new(policies, &key, route.cost());
         // The caller's mistakes (a key the stores refuse) are answered like a store failure:
         // an HTTP client must never see a 500 for them. Errors of the configuration or the
         // code fail closed (`Verdict::store_error`): they must never open the gate.
@@ -349,7 +351,10 @@ impl RateLimiter {
         let mut wait_place = None;
         if verdict.allowed && verdict.delay > 0 {
             match self.wait_queue.as_ref().map(WaitQueue::try_enter) {
-                Some(None) => self.reject_queue_full(&mut verdict, &key).await,
+                Some(None) => {
+                    self.reject_queue_full(&mut verdict, &key, route.cost())
+                        .await
+                }
                 Some(place) => wait_place = place,
                 None => {}
             }
@@ -375,12 +380,14 @@ impl RateLimiter {
             header_sets: Arc::clone(&self.header_sets),
             wait_place,
             forbidden: false,
+            cost: route.cost(),
+            after: route.after().cloned(),
         }
     }
 
     /// The wait queue is full: give back what the request took and deny it, with the wait
     /// it would have had as its `retry_after`.
-    async fn reject_queue_full(&self, verdict: &mut Verdict, key: &str) {
+    async fn reject_queue_full(&self, verdict: &mut Verdict, key: &str, cost: u64) {
         let consumed: Vec<Arc<Policy>> = verdict
             .decisions
             .iter()
@@ -388,7 +395,7 @@ impl RateLimiter {
             .map(|d| Arc::clone(&d.policy))
             .collect();
         metrics::counter!(MAX_WAITING_REJECTED).increment(1);
-        if let Err(error) = self.decider.store().refund(&consumed, key, COST).await {
+        if let Err(error) = self.decider.store().refund(&consumed, key, cost).await {
             tracing::debug!(%error, "could not give back the turn of a request refused by max_waiting");
         }
         for d in &mut verdict.decisions {
@@ -442,6 +449,10 @@ pub struct RateLimitDecision {
     pool: Option<PoolBinding>,
     wait_place: Option<Arc<WaitPlace>>,
     forbidden: bool,
+    /// The route's cost, charged on arrival.
+    cost: u64,
+    /// The route's `settle` and `count`, when it has any.
+    after: Option<Arc<crate::AfterResponse>>,
 }
 
 impl std::fmt::Debug for RateLimitDecision {
@@ -486,8 +497,19 @@ impl RateLimitDecision {
     pub fn lease_guard(&self) -> Option<crate::LeaseGuard> {
         crate::LeaseGuard::new(
             Arc::clone(&self.store),
-            self.verdict.leases(&self.key, COST),
+            self.verdict.leases(&self.key, self.cost),
         )
+    }
+
+    /// What to do once the upstream has answered (the route's `settle` and `count`):
+    /// call [`Settler::on_head`](crate::Settler::on_head) with the response head and wrap
+    /// the body with the returned tap ([`LeaseBody::with_tap`](crate::LeaseBody::with_tap)).
+    /// `None` when the route has no such rule or nothing was consumed.
+    pub fn after_response(&self) -> Option<(crate::Settler, Arc<crate::AfterResponse>)> {
+        let after = self.after.as_ref()?;
+        let settler =
+            crate::Settler::of(Arc::clone(&self.store), &self.verdict, &self.key, self.cost)?;
+        Some((settler, Arc::clone(after)))
     }
     /// `Retry-After` in whole seconds (at least 1) when rejected.
     pub fn retry_after_secs(&self) -> Option<u64> {
@@ -554,6 +576,7 @@ impl RateLimitDecision {
                 store: Arc::clone(&self.store),
                 policies: consumed,
                 key: self.key.clone(),
+                cost: self.cost,
             }),
         };
         tokio::time::sleep(self.delay()).await;
@@ -573,6 +596,7 @@ struct Refund {
     store: Arc<dyn Store>,
     policies: Vec<Arc<Policy>>,
     key: String,
+    cost: u64,
 }
 
 impl Drop for RefundGuard {
@@ -581,6 +605,7 @@ impl Drop for RefundGuard {
             store,
             policies,
             key,
+            cost,
         }) = self.refund.take()
         else {
             return;
@@ -589,7 +614,7 @@ impl Drop for RefundGuard {
             return;
         };
         runtime.spawn(async move {
-            if let Err(error) = store.refund(&policies, &key, 1).await {
+            if let Err(error) = store.refund(&policies, &key, cost).await {
                 tracing::debug!(%error, key = %crate::identity::key_hint(&key), "could not refund a cancelled delayed request");
             }
         });

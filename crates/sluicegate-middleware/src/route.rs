@@ -191,6 +191,17 @@ pub struct RouteSpec {
     /// This route's flows get this many shares within the level (default 1).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub weight: Option<u32>,
+    /// The cost charged when a request arrives (an estimate when `settle` is set); default 1.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost: Option<u64>,
+    /// Where the real cost comes from after the response: `header:<name>` or
+    /// `openai-usage` (see [`crate::settle`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub settle: Option<String>,
+    /// `all` (default), `failures` or `successes`: requests that do not count are given
+    /// back after the response.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub count: Option<String>,
 }
 
 impl RouteSpec {
@@ -208,7 +219,32 @@ impl RouteSpec {
             pool: None,
             level: None,
             weight: None,
+            cost: None,
+            settle: None,
+            count: None,
         }
+    }
+
+    /// Charges `cost` on arrival, settles the real cost from `settle` (`header:<name>` or
+    /// `openai-usage`) and counts only `count` (`all`, `failures`, `successes`).
+    pub fn response_rules(mut self, cost: u64, settle: Option<&str>, count: Option<&str>) -> Self {
+        self.cost = Some(cost);
+        self.settle = settle.map(str::to_owned);
+        self.count = count.map(str::to_owned);
+        self
+    }
+
+    /// The parsed `settle` and `count`, or why they are wrong.
+    pub fn after_response(&self) -> Result<crate::settle::AfterResponse, String> {
+        Ok(crate::settle::AfterResponse {
+            settle: self.settle.as_deref().map(str::parse).transpose()?,
+            count: self
+                .count
+                .as_deref()
+                .map(str::parse)
+                .transpose()?
+                .unwrap_or_default(),
+        })
     }
 
     /// Sends the route's admitted requests through `pool` at `level` (`None`: the pool's
@@ -319,6 +355,14 @@ pub enum RouteError {
         "invalid key {0:?}; expected \"ip\", \"header:<name>\", \"query:<name>\", \"cookie:<name>\", \"global\", or up to 8 of the others joined by \"+\" (e.g. \"ip+header:x-api-key\")"
     )]
     InvalidKey(String),
+    /// A `cost`, `settle` or `count` that cannot work.
+    #[error("route {path:?}: {reason}")]
+    InvalidResponseRule {
+        /// The route.
+        path: String,
+        /// Why.
+        reason: String,
+    },
 }
 
 /// Where in a [`RouteSpec`] a mistake is: the field, as configured, and for a list or
@@ -455,6 +499,8 @@ pub struct Route {
     policy_field: Option<HeaderValue>,
     access: Option<AccessList>,
     pool: Option<RoutePool>,
+    cost: u64,
+    after: Option<Arc<crate::settle::AfterResponse>>,
 }
 
 /// A route's `pool`, `level` and `weight`, as written (resolved by
@@ -488,6 +534,13 @@ impl Route {
             return Err(first.error);
         }
         let policies: Vec<Arc<Policy>> = policies.into_iter().flatten().collect();
+        let invalid = |reason: String| RouteError::InvalidResponseRule {
+            path: spec.path.clone(),
+            reason,
+        };
+        let cost = spec.cost.unwrap_or(1);
+        crate::settle::check_cost(cost, &policies).map_err(invalid)?;
+        let after = spec.after_response().map_err(invalid)?;
         let methods = spec
             .methods
             .as_ref()
@@ -519,7 +572,19 @@ impl Route {
                 level: spec.level.clone(),
                 weight: spec.weight.unwrap_or(1),
             }),
+            cost,
+            after: after.is_active().then(|| Arc::new(after)),
         })
+    }
+
+    /// The cost charged when a request arrives.
+    pub fn cost(&self) -> u64 {
+        self.cost
+    }
+
+    /// What happens after the response (`settle`, `count`), when anything does.
+    pub fn after(&self) -> Option<&Arc<crate::settle::AfterResponse>> {
+        self.after.as_ref()
     }
 
     /// The path prefix, in normal form.

@@ -28,7 +28,7 @@ use std::sync::Arc;
 
 use tokio::sync::Semaphore;
 
-use sluicegate_middleware::LeaseBody;
+use sluicegate_middleware::{LeaseBody, RateLimitDecision};
 
 use crate::api::ApiError;
 use crate::config::ConnectionLimits;
@@ -255,22 +255,39 @@ async fn proxy(
         Ok(Ok(response)) => response,
         Ok(Err(e)) => {
             tracing::warn!(upstream = %upstream, error = %e, "upstream request failed");
-            return bad_gateway();
+            let mut response = bad_gateway();
+            after_response(decision.as_ref(), &mut response);
+            return response;
         }
         Err(_) => {
             tracing::warn!(upstream = %upstream, timeout = ?upstream_timeout, "upstream sent no response head in time");
-            return gateway_timeout(permit);
+            let mut response = gateway_timeout(permit);
+            after_response(decision.as_ref(), &mut response);
+            return response;
         }
     };
     let (mut parts, body) = response.into_parts();
     strip_hop_by_hop(&mut parts.headers);
+    let mut tap = None;
     if let Some(decision) = &decision {
         decision.write_headers(&mut parts.headers);
+        // The route's `settle` and `count`: from the head now, or from the body as it passes.
+        tap = decision
+            .after_response()
+            .and_then(|(settler, after)| settler.on_head(&after, parts.status, &mut parts.headers));
     }
     Response::from_parts(
         parts,
-        Body::new(LeaseBody::new(PermitBody::new(body, permit), guard)),
+        Body::new(LeaseBody::new(PermitBody::new(body, permit), guard).with_tap(tap)),
     )
+}
+
+/// The route's `count` (and `settle`) for an answer the gateway made itself (502, 504).
+fn after_response(decision: Option<&RateLimitDecision>, response: &mut Response) {
+    if let Some((settler, after)) = decision.and_then(RateLimitDecision::after_response) {
+        let status = response.status();
+        drop(settler.on_head(&after, status, response.headers_mut()));
+    }
 }
 
 /// The upstream's scheme and authority, its base path, then the request's path and query.

@@ -412,7 +412,8 @@ impl<C: Clock> MemoryStore<C> {
         if now >= s.expires_at {
             return Ok(Settled::Expired);
         }
-        {
+        // An empty id settles without a one-time marker (the caller settles once).
+        if !s.id.is_empty() {
             let mut settled = self.settled.lock();
             if settled.get(s.id).is_some_and(|until| *until > now) {
                 return Ok(Settled::Replayed);

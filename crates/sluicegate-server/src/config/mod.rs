@@ -494,6 +494,22 @@ mod tests {
     }
 
     #[test]
+    fn pool_levels_keep_the_files_order() {
+        // The TOML table is read sorted by name; the scheduler's last tie-breaker is the
+        // level written first, so the file's order must survive.
+        let text =
+            "[[pools]]\nname = \"p\"\nconcurrency = 4\nlevels = { zeta = 1, alpha = 2, mid = 1 }\n";
+        let config = load(text, Path::new("t.toml")).unwrap();
+        let levels: Vec<(&str, u32)> = config.pools[0]
+            .spec()
+            .levels
+            .iter()
+            .map(|(l, s)| (l.as_str(), *s))
+            .collect();
+        assert_eq!(levels, [("zeta", 1), ("alpha", 2), ("mid", 1)]);
+    }
+
+    #[test]
     fn every_error_is_reported_with_its_place() {
         let text = "[server]\nlisten = \"nope\"\nbogus = 1\n\n[[policies]]\nname = \"a\"\nalgorithm = \"sliding_log\"\nlimit = 0\nperiod = \"1x\"\nmode = \"delay\"\n\n[[routes]]\npath = \"/\"\npolicies = [\"b\"]\n";
         let diags = load(text, Path::new("t.toml")).unwrap_err();

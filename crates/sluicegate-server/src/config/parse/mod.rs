@@ -97,6 +97,9 @@ const ROUTE: &[&str] = &[
     "pool",
     "level",
     "weight",
+    "cost",
+    "settle",
+    "count",
 ];
 const POOL: &[&str] = &[
     "name",
