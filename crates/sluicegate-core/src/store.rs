@@ -433,6 +433,23 @@ pub trait Store: Send + Sync + 'static {
         )))))
     }
 
+    /// [`Store::set_override`] for a key that is also checked placed under `placement`
+    /// ([`KeyedCheck::placement`]; the Envoy service places its keys by domain): the
+    /// override must hold for the placed checks as well as the unplaced ones. The default
+    /// is [`Store::set_override`]: a store that finds a key's override whatever its
+    /// placement (the in-memory store) needs nothing more; a store wrapping another must
+    /// forward it.
+    fn set_override_placed<'a>(
+        &'a self,
+        policy: &'a Arc<Policy>,
+        key: &'a str,
+        placement: &'a str,
+        value: Option<Override>,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        let _ = placement;
+        self.set_override(policy, key, value)
+    }
+
     /// The override of `key` under `policy`, if one is set. The default: none.
     fn get_override<'a>(
         &'a self,
@@ -519,6 +536,15 @@ impl<S: Store + ?Sized> Store for Arc<S> {
         value: Option<Override>,
     ) -> BoxFuture<'a, Result<(), StoreError>> {
         (**self).set_override(policy, key, value)
+    }
+    fn set_override_placed<'a>(
+        &'a self,
+        policy: &'a Arc<Policy>,
+        key: &'a str,
+        placement: &'a str,
+        value: Option<Override>,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        (**self).set_override_placed(policy, key, placement, value)
     }
     fn get_override<'a>(
         &'a self,

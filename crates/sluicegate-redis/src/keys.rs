@@ -68,7 +68,26 @@ pub(crate) fn zone_tag(policy: &Policy) -> u32 {
 /// assert_eq!(sluicegate_redis::override_key("sg", "c-42", &policy), "sg:{c-42}:api:override");
 /// ```
 pub fn override_key(prefix: &str, client_key: &str, policy: &Policy) -> String {
-    let state = state_key(prefix, client_key, policy);
+    placed_override_key(prefix, None, client_key, policy)
+}
+
+/// [`override_key`] beside a placed state ([`placed_state_key`]): the override the script
+/// reads for the placed checks (the Envoy service's), in the placement's slot.
+///
+/// ```
+/// # use std::time::Duration;
+/// # use sluicegate_core::{AlgorithmKind, Policy};
+/// let policy = Policy::builder("p", AlgorithmKind::FixedWindow, 10, Duration::from_secs(60)).build().unwrap();
+/// let key = sluicegate_redis::placed_override_key("sg", Some("api"), "api/ip=1", &policy);
+/// assert_eq!(key, "sg:{api}api/ip=1:p:override");
+/// ```
+pub fn placed_override_key(
+    prefix: &str,
+    placement: Option<&str>,
+    client_key: &str,
+    policy: &Policy,
+) -> String {
+    let state = placed_state_key(prefix, placement, client_key, policy);
     let cut = state.rfind(':').unwrap_or(state.len());
     format!("{}:override", &state[..cut])
 }

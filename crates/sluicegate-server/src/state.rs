@@ -199,6 +199,28 @@ impl AppState {
         Ok(())
     }
 
+    /// Sets or removes `key`'s override under `policy` in the store, for every check of the
+    /// key: a key of the Envoy service's shape (`<domain>/<entries>`) is also checked
+    /// placed under its domain, so its override is written there too (on Redis, beside the
+    /// placed states the decision script reads, in the domain's Cluster slot). Decided from
+    /// the key alone, not the running `[envoy]` rules, so an override set before its
+    /// domain's rules is honoured once they exist.
+    pub async fn set_override(
+        &self,
+        policy: &Arc<Policy>,
+        key: &str,
+        value: Option<sluicegate_core::Override>,
+    ) -> Result<(), sluicegate_core::StoreError> {
+        match sluicegate_envoy::key::domain_of(key) {
+            Some(domain) => {
+                self.store
+                    .set_override_placed(policy, key, &domain, value)
+                    .await
+            }
+            None => self.store.set_override(policy, key, value).await,
+        }
+    }
+
     /// Writes the running config's `[[overrides]]` to the store, and removes those an
     /// earlier config set that this one no longer has (overrides set through the API stay
     /// unless the config names the same key). Failures are logged: the store may be down.
@@ -233,7 +255,7 @@ impl AppState {
             let Some(policy) = runtime.policy(name) else {
                 continue;
             };
-            if let Err(e) = self.store.set_override(policy, key, value).await {
+            if let Err(e) = self.set_override(policy, key, value).await {
                 tracing::error!(policy = name, error = %e, "[[overrides]]: could not write an override to the store");
             }
         }

@@ -158,6 +158,16 @@ impl<S: Store> Store for Timed<S> {
     ) -> BoxFuture<'a, Result<(), StoreError>> {
         self.inner.set_override(policy, key, value)
     }
+    fn set_override_placed<'a>(
+        &'a self,
+        policy: &'a Arc<Policy>,
+        key: &'a str,
+        placement: &'a str,
+        value: Option<sluicegate_core::Override>,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        self.inner
+            .set_override_placed(policy, key, placement, value)
+    }
     fn get_override<'a>(
         &'a self,
         policy: &'a Policy,

@@ -89,7 +89,6 @@ pub async fn put_override(
         .parse(&policy)
         .map_err(|e| ApiError::invalid(format!("override of {:?}: {e}", policy.name())))?;
     state
-        .store
         .set_override(&policy, &key, Some(value))
         .await
         .map_err(|e| store_error(&e))?;
@@ -153,7 +152,6 @@ pub async fn delete_override(
 ) -> Result<Response, ApiError> {
     let (policy, key) = target(&state, &headers, path)?;
     state
-        .store
         .set_override(&policy, &key, None)
         .await
         .map_err(|e| store_error(&e))?;
