@@ -12,7 +12,9 @@
 //!   counted under and is carried over to the new ones by the script, keeping what the key
 //!   has used, like the in-memory store; a changed algorithm reads another key and starts
 //!   afresh.
-//! - A key's override under a policy lives in `<…>:<policy>:override`, beside its states.
+//! - A key's override under a policy lives in `<…>:<policy>:override`, beside its states;
+//!   a key also checked placed (the Envoy service's) has a copy beside its placed states,
+//!   in the placement's slot, which the script reads with them.
 
 use sluicegate_core::{AlgorithmKind, Policy};
 
