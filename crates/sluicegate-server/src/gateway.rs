@@ -239,17 +239,10 @@ async fn proxy(
             Err(rejected) => return rejected.response().map(Body::new),
         };
     }
-    let (mut parts, body) = request.into_parts();
-    parts.uri = match upstream_uri(&upstream, &parts.uri) {
-        Ok(uri) => uri,
+    let upstream_request = match to_upstream(request, &upstream, peer) {
+        Ok(request) => request,
         Err(e) => return e.into_response(),
     };
-    let host = parts.headers.get(header::HOST).cloned();
-    strip_hop_by_hop(&mut parts.headers);
-    forwarded_headers(&mut parts.headers, peer, host);
-    // The client speaks HTTP/1.1 or 2 to us; the upstream connection is HTTP/1.1.
-    parts.version = axum::http::Version::HTTP_11;
-    let upstream_request = axum::http::Request::from_parts(parts, body);
     let sent = tokio::time::timeout(upstream_timeout, gateway.client.request(upstream_request));
     let response = match sent.await {
         Ok(Ok(response)) => response,
@@ -280,6 +273,22 @@ async fn proxy(
         parts,
         Body::new(LeaseBody::new(PermitBody::new(body, permit), guard).with_tap(tap)),
     )
+}
+
+/// The client's request as the upstream gets it: its URI under `upstream`, hop-by-hop
+/// headers removed, `X-Forwarded-*` added, HTTP/1.1 (the client may speak 1.1 or 2 to us).
+fn to_upstream(
+    request: Request,
+    upstream: &http::Uri,
+    peer: SocketAddr,
+) -> Result<Request, ApiError> {
+    let (mut parts, body) = request.into_parts();
+    parts.uri = upstream_uri(upstream, &parts.uri)?;
+    let host = parts.headers.get(header::HOST).cloned();
+    strip_hop_by_hop(&mut parts.headers);
+    forwarded_headers(&mut parts.headers, peer, host);
+    parts.version = axum::http::Version::HTTP_11;
+    Ok(axum::http::Request::from_parts(parts, body))
 }
 
 /// The route's `count` (and `settle`) for an answer the gateway made itself (502, 504).
