@@ -369,7 +369,7 @@ pub trait Store: Send + Sync + 'static {
     }
 
     /// Gives back what an admitted request of `cost` took (a delayed request that was
-    /// cancelled before its slot came), where the algorithm allows it.
+    /// cancelled before its turn came), where the algorithm allows it.
     fn refund<'a>(
         &'a self,
         policies: &'a [Arc<Policy>],

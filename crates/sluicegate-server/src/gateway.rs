@@ -9,6 +9,7 @@
 //! no response head within `gateway.upstream_timeout` 504, both with a JSON error that
 //! names no upstream address (the log does).
 
+use crate::error::ServerError;
 use std::net::SocketAddr;
 use std::time::Duration;
 
@@ -51,17 +52,18 @@ pub struct Listeners {
 
 impl Listeners {
     /// Binds one socket per available core to `addr` (port 0: one free port for all).
-    pub fn bind(addr: SocketAddr) -> Result<Listeners, String> {
+    pub fn bind(addr: SocketAddr) -> Result<Listeners, ServerError> {
         let workers = std::thread::available_parallelism().map_or(1, |n| n.get());
         // SO_REUSEPORT would let a second instance share the port silently; an ordinary
         // bind first fails as usual when the address is taken, and fixes a port-0 choice.
         let addr = std::net::TcpListener::bind(addr)
             .and_then(|probe| probe.local_addr())
-            .map_err(|e| format!("cannot listen on {addr} (gateway): {e}"))?;
+            .map_err(|source| listen_error(addr, source))?;
         let first = reuse_socket(addr)?;
-        let addr = first
-            .local_addr()
-            .map_err(|e| format!("gateway socket: {e}"))?;
+        let addr = first.local_addr().map_err(|source| ServerError::Setup {
+            what: "gateway socket",
+            source,
+        })?;
         let mut sockets = vec![first];
         for _ in 1..workers {
             sockets.push(reuse_socket(addr)?);
@@ -75,22 +77,36 @@ impl Listeners {
     }
 }
 
-fn reuse_socket(addr: SocketAddr) -> Result<TcpSocket, String> {
+fn listen_error(addr: SocketAddr, source: std::io::Error) -> ServerError {
+    ServerError::Listen {
+        addr,
+        what: "gateway",
+        source,
+    }
+}
+
+fn reuse_socket(addr: SocketAddr) -> Result<TcpSocket, ServerError> {
     let socket = if addr.is_ipv4() {
         TcpSocket::new_v4()
     } else {
         TcpSocket::new_v6()
     }
-    .map_err(|e| format!("gateway socket: {e}"))?;
+    .map_err(|source| ServerError::Setup {
+        what: "gateway socket",
+        source,
+    })?;
     let _ = socket.set_reuseaddr(true);
     #[cfg(unix)]
     socket
         .set_reuseport(true)
-        .map_err(|e| format!("gateway socket: SO_REUSEPORT: {e}"))?;
+        .map_err(|source| ServerError::Setup {
+            what: "gateway socket: SO_REUSEPORT",
+            source,
+        })?;
     let _ = socket.set_nodelay(true);
     socket
         .bind(addr)
-        .map_err(|e| format!("cannot listen on {addr} (gateway): {e}"))?;
+        .map_err(|source| listen_error(addr, source))?;
     Ok(socket)
 }
 
@@ -106,7 +122,8 @@ pub async fn start(
     listeners: Listeners,
     state: AppState,
     stop: tokio::sync::watch::Receiver<bool>,
-) -> Result<impl std::future::Future<Output = Result<(), String>> + Send + 'static, String> {
+) -> Result<impl std::future::Future<Output = Result<(), ServerError>> + Send + 'static, ServerError>
+{
     let mut ready = Vec::new();
     let mut done = Vec::new();
     // One connection budget for the listener, whichever worker accepts.
@@ -114,8 +131,8 @@ pub async fn start(
     let permits = crate::conn::permits(&limits);
     for (i, socket) in listeners.sockets.into_iter().enumerate() {
         let permits = std::sync::Arc::clone(&permits);
-        let (ready_tx, ready_rx) = tokio::sync::oneshot::channel::<Result<(), String>>();
-        let (done_tx, done_rx) = tokio::sync::oneshot::channel::<Result<(), String>>();
+        let (ready_tx, ready_rx) = tokio::sync::oneshot::channel::<Result<(), ServerError>>();
+        let (done_tx, done_rx) = tokio::sync::oneshot::channel::<Result<(), ServerError>>();
         let state = state.clone();
         let stop = stop.clone();
         std::thread::Builder::new()
@@ -124,24 +141,30 @@ pub async fn start(
                 let result = tokio::runtime::Builder::new_current_thread()
                     .enable_all()
                     .build()
-                    .map_err(|e| format!("gateway runtime: {e}"))
+                    .map_err(|source| ServerError::Setup {
+                        what: "gateway runtime",
+                        source,
+                    })
                     .and_then(|rt| {
                         rt.block_on(worker(socket, state, (limits, permits), stop, ready_tx))
                     });
                 let _ = done_tx.send(result);
             })
-            .map_err(|e| format!("gateway thread: {e}"))?;
+            .map_err(|source| ServerError::Setup {
+                what: "gateway thread",
+                source,
+            })?;
         ready.push(ready_rx);
         done.push(done_rx);
     }
     for rx in ready {
         rx.await
-            .map_err(|_| "a gateway worker failed to start".to_owned())??;
+            .map_err(|_| ServerError::Worker("a gateway worker failed to start"))??;
     }
     Ok(async move {
         for rx in done {
             rx.await
-                .map_err(|_| "a gateway worker panicked".to_owned())??;
+                .map_err(|_| ServerError::Worker("a gateway worker panicked"))??;
         }
         Ok(())
     })
@@ -152,12 +175,15 @@ async fn worker(
     state: AppState,
     (limits, permits): (ConnectionLimits, Arc<Semaphore>),
     stop: tokio::sync::watch::Receiver<bool>,
-    ready: tokio::sync::oneshot::Sender<Result<(), String>>,
-) -> Result<(), String> {
+    ready: tokio::sync::oneshot::Sender<Result<(), ServerError>>,
+) -> Result<(), ServerError> {
     let listener = match socket.listen(1024) {
         Ok(listener) => listener,
         Err(e) => {
-            let _ = ready.send(Err(format!("gateway listen: {e}")));
+            let _ = ready.send(Err(ServerError::Setup {
+                what: "gateway listen",
+                source: e,
+            }));
             return Ok(());
         }
     };

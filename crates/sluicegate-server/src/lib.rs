@@ -24,6 +24,7 @@ pub mod config;
 pub mod conn;
 pub mod dashboard;
 pub mod envoy;
+pub mod error;
 pub mod forward_auth;
 pub mod gateway;
 pub mod metrics;

@@ -32,6 +32,37 @@ fn slowest_decision(
     (slowest, n)
 }
 
+/// Writes `store`'s snapshot to `path` (fsynced): what was written, how long each shard's
+/// copy held its lock, and the whole write's time.
+fn write_snapshot(
+    store: &MemoryStore,
+    path: &std::path::Path,
+) -> (
+    sluicegate_core::memory::SnapshotInfo,
+    Vec<Duration>,
+    Duration,
+) {
+    let started = Instant::now();
+    let mut file = std::io::BufWriter::new(std::fs::File::create(path).expect("create"));
+    let mut writer = store.snapshot_writer(&mut file).expect("header");
+    let mut holds = Vec::new();
+    loop {
+        let copying = Instant::now();
+        let Some(block) = writer.copy_next() else {
+            break;
+        };
+        holds.push(copying.elapsed());
+        writer.write(&block).expect("write");
+    }
+    let info = writer.finish().expect("finish");
+    file.flush().expect("flush");
+    file.into_inner()
+        .expect("buffer")
+        .sync_all()
+        .expect("fsync");
+    (info, holds, started.elapsed())
+}
+
 fn main() {
     let keys: usize = std::env::args()
         .nth(1)
@@ -66,28 +97,8 @@ fn main() {
             let (store, stop, policies) = (Arc::clone(&store), Arc::clone(&stop), policies.clone());
             std::thread::spawn(move || slowest_decision(&store, &policies, keys, &stop))
         };
-        let started = Instant::now();
-        let mut file = std::io::BufWriter::new(std::fs::File::create(&path).expect("create"));
-        let mut writer = store.snapshot_writer(&mut file).expect("header");
-        let mut longest = Duration::ZERO;
-        let mut holds = Vec::new();
-        loop {
-            let copying = Instant::now();
-            let Some(block) = writer.copy_next() else {
-                break;
-            };
-            let held = copying.elapsed();
-            holds.push(held);
-            longest = longest.max(held);
-            writer.write(&block).expect("write");
-        }
-        let info = writer.finish().expect("finish");
-        file.flush().expect("flush");
-        file.into_inner()
-            .expect("buffer")
-            .sync_all()
-            .expect("fsync");
-        let total = started.elapsed();
+        let (info, mut holds, total) = write_snapshot(&store, &path);
+        let longest = holds.iter().copied().max().unwrap_or_default();
         stop.store(true, Ordering::Relaxed);
         let (during, n) = decider.join().expect("decider");
 

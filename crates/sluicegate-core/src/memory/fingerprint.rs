@@ -47,7 +47,7 @@ impl KeyHasher {
     #[inline]
     pub(crate) fn fingerprint(&self, key: &str) -> Fingerprint {
         let fp = self.0.hash(key.as_bytes()) & !1;
-        // 0 marks an empty slot.
+        // 0 marks an empty cell.
         Fingerprint(if fp == 0 { 2 } else { fp })
     }
 }
@@ -64,19 +64,19 @@ impl Fingerprint {
         self.0
     }
 
-    /// Rebuilds a fingerprint from a slot tag (drops the tag's flag bit).
+    /// Rebuilds a fingerprint from a cell tag (drops the tag's flag bit).
     #[inline]
     pub(crate) fn from_tag(tag: u64) -> Self {
         Fingerprint(tag & !1)
     }
 
-    /// Which of `shards` (a power of two) holds the key. Uses low bits; slots use high bits.
+    /// Which of `shards` (a power of two) holds the key. Uses low bits; cells use high bits.
     #[inline]
     pub(crate) fn shard(self, shards: usize) -> usize {
         (self.0 >> 1) as usize & (shards - 1)
     }
 
-    /// The home slot in a table of `len` slots (multiply-shift, any `len`).
+    /// The home cell in a table of `len` cells (multiply-shift, any `len`).
     #[inline]
     pub(crate) fn home(self, len: usize) -> usize {
         ((u128::from(self.0) * len as u128) >> 64) as usize

@@ -92,7 +92,7 @@ struct KeyOverride {
 type Overrides = HashMap<Fingerprint, Vec<KeyOverride>, foldhash::fast::RandomState>;
 
 /// One policy's table in a shard: the registry id of the version it holds, its lineage.
-struct TableSlot {
+struct TableCell {
     id: u64,
     lineage: u64,
     table: Box<dyn PolicyTable>,
@@ -100,7 +100,7 @@ struct TableSlot {
 
 /// One table per policy (by registry index) for the keys of this shard, and their count.
 pub(crate) struct StoreShard {
-    tables: Vec<Option<TableSlot>>,
+    tables: Vec<Option<TableCell>>,
     count: usize,
     cap: usize,
     /// This shard's share of `max_memory`, bytes (`usize::MAX`: no bound in bytes).
@@ -136,7 +136,7 @@ impl StoreShard {
         self.count
     }
 
-    /// Bytes of slots allocated, over all policies.
+    /// Bytes of cells allocated, over all policies.
     pub(crate) fn allocated_bytes(&self) -> usize {
         self.tables
             .iter()
@@ -145,7 +145,7 @@ impl StoreShard {
             .sum()
     }
 
-    /// Bytes held, over all policies: slots, sliding logs and leases, running penalties.
+    /// Bytes held, over all policies: cells, sliding logs and leases, running penalties.
     pub(crate) fn bytes(&self) -> usize {
         let penalty = std::mem::size_of::<((usize, u64, Fingerprint), Micros)>() + 1;
         let tables: usize = self.tables.iter().flatten().map(|t| t.table.bytes()).sum();
@@ -170,8 +170,8 @@ impl StoreShard {
         if self.tables.len() <= r.index {
             self.tables.resize_with(r.index + 1, || None);
         }
-        let slot = &mut self.tables[r.index];
-        match slot {
+        let cell = &mut self.tables[r.index];
+        match cell {
             Some(held) if held.id > r.id => return None,
             Some(held) if held.id < r.id && held.lineage == r.lineage => {
                 let overrides = &self.overrides;
@@ -189,11 +189,11 @@ impl StoreShard {
             }
             Some(held) if held.id < r.id => {
                 self.count -= held.table.len();
-                *slot = None;
+                *cell = None;
             }
             _ => {}
         }
-        let held = self.tables[r.index].get_or_insert_with(|| TableSlot {
+        let held = self.tables[r.index].get_or_insert_with(|| TableCell {
             id: r.id,
             lineage: r.lineage,
             table: table_for(policy, self.cap),
@@ -261,7 +261,19 @@ impl StoreShard {
 
     /// Sets (`Some`) or removes `t`'s key's override. The key keeps what it has used: its
     /// state is carried over to the new numbers when it is next decided.
-    pub(crate) fn set_override(&mut self, t: &Target<'_>, value: Option<Override>, now: Micros) {
+    /// Returns false, changing nothing, when a new override would take the shard beyond
+    /// its bound (`max_keys`' share: overrides are memory too).
+    pub(crate) fn set_override(
+        &mut self,
+        t: &Target<'_>,
+        value: Option<Override>,
+        now: Micros,
+    ) -> bool {
+        let held: usize = self.overrides.values().map(Vec::len).sum();
+        let new = !overridden(&self.overrides, t.policy.name(), t.fp);
+        if value.is_some() && new && held >= self.cap {
+            return false;
+        }
         // Bring the table to its policy's current numbers first (overridden keys excepted).
         self.table(&t.r, t.policy, now);
         let name = t.policy.name();
@@ -283,6 +295,7 @@ impl StoreShard {
         if list.is_empty() {
             self.overrides.remove(&t.fp);
         }
+        true
     }
 
     /// The override of `fp` under the policy named `name`.
@@ -605,9 +618,9 @@ impl StoreShard {
     pub(crate) fn drop_policy(&mut self, index: usize, id: u64) {
         self.penalties
             .retain(|(i, held, _), _| (*i, *held) != (index, id));
-        if let Some(slot) = self.tables.get_mut(index)
-            && matches!(slot, Some(held) if held.id == id)
-            && let Some(held) = slot.take()
+        if let Some(cell) = self.tables.get_mut(index)
+            && matches!(cell, Some(held) if held.id == id)
+            && let Some(held) = cell.take()
         {
             self.count -= held.table.len();
         }
@@ -624,7 +637,7 @@ mod tests {
 
     /// A full shard of 63 live states and one expired state: a new key evicts the expired
     /// one, although the CLOCK alone would almost surely pick a live one (every reference
-    /// bit is set, so its victim is simply the first slot).
+    /// bit is set, so its victim is simply the first cell).
     #[test]
     fn make_room_takes_expired_state_first() {
         let t0 = 1_700_000_000_000_000;

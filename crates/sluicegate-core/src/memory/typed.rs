@@ -73,9 +73,9 @@ pub(crate) trait PolicyTable: Send {
     /// Drops the sampled state whose loss admits the fewest extra requests at `now`,
     /// sparing `protected` (see `RawTable::drop_cheapest`).
     fn drop_cheapest(&mut self, now: Micros, protected: &dyn Fn(Fingerprint) -> bool) -> bool;
-    /// Bytes of slots allocated.
+    /// Bytes of cells allocated.
     fn allocated_bytes(&self) -> usize;
-    /// Bytes held: the slots and what the states keep on the heap (sliding logs, leases).
+    /// Bytes held: the cells and what the states keep on the heap (sliding logs, leases).
     fn bytes(&self) -> usize;
     /// Appends every entry (fingerprint, state) to a snapshot; returns how many.
     fn save(&self, out: &mut Vec<u8>) -> u32;
@@ -316,7 +316,7 @@ where
             return Some(false);
         }
         let i = self.raw.insert(fp);
-        self.raw.update(i, |slot| *slot = state);
+        self.raw.update(i, |cell| *cell = state);
         self.raw.note_idle_at(idle);
         Some(true)
     }

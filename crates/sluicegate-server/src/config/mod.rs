@@ -262,7 +262,8 @@ pub struct Overrides {
 }
 
 /// The gateway's default address when only `--upstream` is given.
-pub const DEFAULT_GATEWAY_LISTEN: &str = "127.0.0.1:8000";
+pub const DEFAULT_GATEWAY_LISTEN: SocketAddr =
+    SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST), 8000);
 
 /// The embedded default configuration, as TOML (also what `serve` runs without `--config`).
 pub const EMBEDDED_DEFAULT: &str = r#"# sluicegate's embedded default
@@ -309,7 +310,7 @@ impl Config {
     }
 
     /// Applies command-line flags.
-    pub fn apply(&mut self, overrides: &Overrides) -> Result<(), String> {
+    pub fn apply(&mut self, overrides: &Overrides) -> Result<(), crate::error::ServerError> {
         if let Some(listen) = overrides.listen {
             self.server.listen = listen;
         }
@@ -323,15 +324,15 @@ impl Config {
                 (Some(u), _) => u.clone(),
                 (None, Some(g)) => g.upstream.clone(),
                 (None, None) => {
-                    return Err("--gateway-listen needs --upstream or [gateway] upstream".into());
+                    return Err(crate::error::ServerError::Flags(
+                        "--gateway-listen needs --upstream or [gateway] upstream",
+                    ));
                 }
             };
             let listen = match (overrides.gateway_listen, &self.gateway) {
                 (Some(l), _) => l,
                 (None, Some(g)) => g.listen,
-                (None, None) => DEFAULT_GATEWAY_LISTEN
-                    .parse()
-                    .map_err(|e| format!("default gateway address: {e}"))?,
+                (None, None) => DEFAULT_GATEWAY_LISTEN,
             };
             let upstream_timeout = self
                 .gateway
@@ -351,12 +352,15 @@ impl Config {
             && self.store.url.is_none()
             && self.store.cluster.is_empty()
         {
-            return Err("[store] backend = \"redis\" needs url or cluster (or --redis URL)".into());
+            return Err(crate::error::ServerError::Flags(
+                "[store] backend = \"redis\" needs url or cluster (or --redis URL)",
+            ));
         }
         if self.store.backend == Backend::Redis {
             // `--redis` may have switched a memory config to Redis after parsing.
             for policy in &self.policies {
-                sluicegate_redis::check_policy(policy).map_err(|e| e.to_string())?;
+                sluicegate_redis::check_policy(policy)
+                    .map_err(crate::error::ServerError::OutOfRange)?;
             }
         }
         Ok(())
@@ -490,6 +494,22 @@ mod tests {
     }
 
     #[test]
+    fn pool_levels_keep_the_files_order() {
+        // The TOML table is read sorted by name; the scheduler's last tie-breaker is the
+        // level written first, so the file's order must survive.
+        let text =
+            "[[pools]]\nname = \"p\"\nconcurrency = 4\nlevels = { zeta = 1, alpha = 2, mid = 1 }\n";
+        let config = load(text, Path::new("t.toml")).unwrap();
+        let levels: Vec<(&str, u32)> = config.pools[0]
+            .spec()
+            .levels
+            .iter()
+            .map(|(l, s)| (l.as_str(), *s))
+            .collect();
+        assert_eq!(levels, [("zeta", 1), ("alpha", 2), ("mid", 1)]);
+    }
+
+    #[test]
     fn every_error_is_reported_with_its_place() {
         let text = "[server]\nlisten = \"nope\"\nbogus = 1\n\n[[policies]]\nname = \"a\"\nalgorithm = \"sliding_log\"\nlimit = 0\nperiod = \"1x\"\nmode = \"delay\"\n\n[[routes]]\npath = \"/\"\npolicies = [\"b\"]\n";
         let diags = load(text, Path::new("t.toml")).unwrap_err();
@@ -518,10 +538,7 @@ mod tests {
             .unwrap();
         assert_eq!(config.server.listen.port(), 9999);
         assert_eq!(config.store.backend, Backend::Redis);
-        assert_eq!(
-            config.gateway.unwrap().listen.to_string(),
-            DEFAULT_GATEWAY_LISTEN
-        );
+        assert_eq!(config.gateway.unwrap().listen, DEFAULT_GATEWAY_LISTEN);
         let mut config = Config::embedded();
         let only_listen = Overrides {
             gateway_listen: Some("127.0.0.1:1".parse().unwrap()),
