@@ -28,7 +28,7 @@ use std::sync::Arc;
 
 use tokio::sync::Semaphore;
 
-use sluicegate_middleware::{LeaseBody, RateLimitDecision};
+use sluicegate_middleware::{LeaseBody, LeaseGuard, PoolPermit, RateLimitDecision};
 
 use crate::api::ApiError;
 use crate::config::ConnectionLimits;
@@ -223,22 +223,10 @@ async fn proxy(
             peer.ip(),
         )
         .await;
-    // Concurrency leases are held until the response body ends or is dropped (the client
-    // went away), or freed here if the upstream fails.
-    let mut guard = None;
-    let mut permit = None;
-    if let Some(decision) = &decision {
-        if !decision.is_allowed() {
-            return decision.rejection().map(Body::new);
-        }
-        guard = decision.lease_guard();
-        decision.wait().await;
-        // The route's pool slot, held until the response body has been sent.
-        permit = match decision.enter_pool().await {
-            Ok(permit) => permit,
-            Err(rejected) => return rejected.response().map(Body::new),
-        };
-    }
+    let (guard, permit) = match admit(decision.as_ref()).await {
+        Ok(held) => held,
+        Err(refused) => return refused,
+    };
     let upstream_request = match to_upstream(request, &upstream, peer) {
         Ok(request) => request,
         Err(e) => return e.into_response(),
@@ -273,6 +261,26 @@ async fn proxy(
         parts,
         Body::new(LeaseBody::new(PermitBody::new(body, permit), guard).with_tap(tap)),
     )
+}
+
+/// What an admitted request holds until its response body ends or is dropped (the client
+/// went away): its concurrency lease (freed at once if the upstream fails) and its pool slot,
+/// after any delay its decision asks for; or the refusal to answer with.
+async fn admit(
+    decision: Option<&RateLimitDecision>,
+) -> Result<(Option<LeaseGuard>, Option<PoolPermit>), Response> {
+    let Some(decision) = decision else {
+        return Ok((None, None));
+    };
+    if !decision.is_allowed() {
+        return Err(decision.rejection().map(Body::new));
+    }
+    let guard = decision.lease_guard();
+    decision.wait().await;
+    match decision.enter_pool().await {
+        Ok(permit) => Ok((guard, permit)),
+        Err(rejected) => Err(rejected.response().map(Body::new)),
+    }
 }
 
 /// The client's request as the upstream gets it: its URI under `upstream`, hop-by-hop
