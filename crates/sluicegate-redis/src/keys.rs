@@ -1,7 +1,7 @@
 //! Redis key names: `<prefix>:{<escaped client key>}:<policy>:<tag>`.
 //!
 //! - The braces are a Redis Cluster hash tag: only the escaped client key is hashed, so every
-//!   policy's state for one client lives in one slot and a multi-policy script may touch
+//!   policy's state for one client lives in one hash slot and a multi-policy script may touch
 //!   them all.
 //! - The client key is percent-escaped: `%`, `{`, `}`, `:`, space, control bytes and every
 //!   non-ASCII byte become `%XX`. The escaped text contains no brace, so a hostile key cannot
@@ -89,7 +89,7 @@ pub fn state_key(prefix: &str, client_key: &str, policy: &Policy) -> String {
 }
 
 /// [`state_key`] for a key placed with others ([`KeyedCheck::placement`]): the hash tag is
-/// the escaped placement, so every key of one placement lives in one slot:
+/// the escaped placement, so every key of one placement lives in one hash slot:
 /// `<prefix>:{<escaped placement>}<escaped client key>:<policy>:<tag>`. No escaped text
 /// holds `:` or a brace, so a placed key never equals an unplaced one (which has `}:`) nor
 /// another placed one.
@@ -131,7 +131,7 @@ pub fn placed_state_key(
 }
 
 /// The one-time marker of a settled reservation `id` of `client_key`: in the client key's
-/// hash slot, so the settle script touches one slot. `}!` never follows the tag in a state
+/// hash slot, so the settle script touches one hash slot. `}!` never follows the tag in a state
 /// key (which has `}:`), so a marker is never a state.
 pub(crate) fn settle_marker_key(prefix: &str, client_key: &str, id: &str) -> String {
     let mut key = String::with_capacity(prefix.len() + client_key.len() + id.len() + 16);

@@ -105,7 +105,7 @@ impl RedisStore {
     pub async fn connect(config: RedisConfig) -> Result<RedisStore, RedisStoreError> {
         config.validate()?;
         let target = Target::open(&config)?;
-        // On a cluster, concurrent requests mostly live in different slots and could not
+        // On a cluster, concurrent requests mostly live in different hash slots and could not
         // share a script call; they go straight out.
         let (queue, queued) = if target.is_cluster() {
             (None, None)
@@ -351,7 +351,7 @@ impl Inner {
     ) -> Result<Verdict, StoreError> {
         KeyedCheck::validate_all(items)?;
         let prepared = self.keyed_items(items)?;
-        // A script touches one slot only. Callers that check several keys at once on a
+        // A script touches one hash slot only. Callers that check several keys at once on a
         // cluster give them one placement (the Envoy service: its domain), so this refusal
         // is for a caller that did not: better no answer than a non-atomic one.
         if self.link.is_cluster() {
@@ -464,7 +464,7 @@ impl Inner {
     }
 
     /// One script call (`settle.lua`): the marker `SET NX` and every policy's settle, in
-    /// the client key's slot.
+    /// the client key's hash slot.
     async fn settle(&self, s: Settlement<'_>, now: Option<Micros>) -> Result<Settled, StoreError> {
         CheckRequest::new(s.policies, s.key, 0).validate()?;
         if s.remaining.len() != s.policies.len() {

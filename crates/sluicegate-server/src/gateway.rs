@@ -28,7 +28,7 @@ use std::sync::Arc;
 
 use tokio::sync::Semaphore;
 
-use sluicegate_middleware::{LeaseBody, RateLimitDecision};
+use sluicegate_middleware::{LeaseBody, LeaseGuard, PoolPermit, RateLimitDecision};
 
 use crate::api::ApiError;
 use crate::config::ConnectionLimits;
@@ -223,33 +223,14 @@ async fn proxy(
             peer.ip(),
         )
         .await;
-    // Concurrency leases are held until the response body ends or is dropped (the client
-    // went away), or freed here if the upstream fails.
-    let mut guard = None;
-    let mut permit = None;
-    if let Some(decision) = &decision {
-        if !decision.is_allowed() {
-            return decision.rejection().map(Body::new);
-        }
-        guard = decision.lease_guard();
-        decision.wait().await;
-        // The route's pool slot, held until the response body has been sent.
-        permit = match decision.enter_pool().await {
-            Ok(permit) => permit,
-            Err(rejected) => return rejected.response().map(Body::new),
-        };
-    }
-    let (mut parts, body) = request.into_parts();
-    parts.uri = match upstream_uri(&upstream, &parts.uri) {
-        Ok(uri) => uri,
+    let (guard, permit) = match admit(decision.as_ref()).await {
+        Ok(held) => held,
+        Err(refused) => return refused,
+    };
+    let upstream_request = match to_upstream(request, &upstream, peer) {
+        Ok(request) => request,
         Err(e) => return e.into_response(),
     };
-    let host = parts.headers.get(header::HOST).cloned();
-    strip_hop_by_hop(&mut parts.headers);
-    forwarded_headers(&mut parts.headers, peer, host);
-    // The client speaks HTTP/1.1 or 2 to us; the upstream connection is HTTP/1.1.
-    parts.version = axum::http::Version::HTTP_11;
-    let upstream_request = axum::http::Request::from_parts(parts, body);
     let sent = tokio::time::timeout(upstream_timeout, gateway.client.request(upstream_request));
     let response = match sent.await {
         Ok(Ok(response)) => response,
@@ -280,6 +261,42 @@ async fn proxy(
         parts,
         Body::new(LeaseBody::new(PermitBody::new(body, permit), guard).with_tap(tap)),
     )
+}
+
+/// What an admitted request holds until its response body ends or is dropped (the client
+/// went away): its concurrency lease (freed at once if the upstream fails) and its pool slot,
+/// after any delay its decision asks for; or the refusal to answer with.
+async fn admit(
+    decision: Option<&RateLimitDecision>,
+) -> Result<(Option<LeaseGuard>, Option<PoolPermit>), Response> {
+    let Some(decision) = decision else {
+        return Ok((None, None));
+    };
+    if !decision.is_allowed() {
+        return Err(decision.rejection().map(Body::new));
+    }
+    let guard = decision.lease_guard();
+    decision.wait().await;
+    match decision.enter_pool().await {
+        Ok(permit) => Ok((guard, permit)),
+        Err(rejected) => Err(rejected.response().map(Body::new)),
+    }
+}
+
+/// The client's request as the upstream gets it: its URI under `upstream`, hop-by-hop
+/// headers removed, `X-Forwarded-*` added, HTTP/1.1 (the client may speak 1.1 or 2 to us).
+fn to_upstream(
+    request: Request,
+    upstream: &http::Uri,
+    peer: SocketAddr,
+) -> Result<Request, ApiError> {
+    let (mut parts, body) = request.into_parts();
+    parts.uri = upstream_uri(upstream, &parts.uri)?;
+    let host = parts.headers.get(header::HOST).cloned();
+    strip_hop_by_hop(&mut parts.headers);
+    forwarded_headers(&mut parts.headers, peer, host);
+    parts.version = axum::http::Version::HTTP_11;
+    Ok(axum::http::Request::from_parts(parts, body))
 }
 
 /// The route's `count` (and `settle`) for an answer the gateway made itself (502, 504).

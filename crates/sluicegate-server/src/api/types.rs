@@ -170,7 +170,7 @@ pub struct PolicyResult {
     pub reset_after_ms: u64,
     /// When denied: milliseconds until this request's cost would be admitted; else null.
     pub retry_after_ms: Option<u64>,
-    /// Delay mode only: milliseconds the caller must wait before going ahead (its slot is
+    /// Delay mode only: milliseconds the caller must wait before going ahead (its turn is
     /// reserved). Absent when there is nothing to wait for.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub delay_ms: Option<u64>,

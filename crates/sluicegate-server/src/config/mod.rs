@@ -77,7 +77,7 @@ pub struct ServerConfig {
     pub api_token: Option<String>,
     /// Connection limits of the HTTP listeners (API and gateway).
     pub connections: ConnectionLimits,
-    /// Delay mode: requests waiting for their slot at once; beyond, rejected.
+    /// Delay mode: requests waiting for their turn at once; beyond, rejected.
     pub max_waiting: usize,
     /// Clients (CIDRs) never limited.
     pub allow: Vec<IpNet>,

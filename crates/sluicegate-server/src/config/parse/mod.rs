@@ -358,7 +358,7 @@ impl Reader<'_> {
     }
 
     /// A size in bytes: a string with a unit (`"512MiB"`) or a whole number; at least 64 KiB,
-    /// below which a store could not hold one shard's slots.
+    /// below which a store could not hold one shard's cells.
     fn bytes(&mut self, t: &DeTable<'_>, key: &str, what: &str) -> Option<usize> {
         const LEAST: usize = 64 * 1024;
         let value = t.get(key)?;
