@@ -11,7 +11,8 @@ if [ -z "$bin" ]; then
   bin=target/release/callgrind_probe
 fi
 n=20000 # the probe's iterations per step (N in callgrind_probe.rs)
-for step in probe_store_check probe_limiter_check probe_write_headers probe_rejection; do
+for step in probe_store_check probe_limiter_check probe_write_headers probe_rejection \
+  probe_route_find_small probe_route_find_large probe_route_scan_small probe_route_scan_large; do
   out=$(mktemp)
   valgrind --tool=callgrind --callgrind-out-file=/dev/null --collect-atstart=no \
     --toggle-collect="*${step}*" "$bin" 2>"$out" >/dev/null

@@ -20,7 +20,7 @@ pub struct Decision {
     pub reset_after: Micros,
     /// When denied: until this request's cost would be admitted.
     pub retry_after: Option<Micros>,
-    /// In delay mode: how long the admitted request must wait for its reserved slot.
+    /// In delay mode: how long the admitted request must wait for its reserved turn.
     pub delay: Micros,
     /// Concurrency policies, when admitted with a cost: when the lease this request took
     /// expires (µs since the epoch), which with the cost names the lease to release.

@@ -68,7 +68,7 @@ impl AlgorithmKind {
     }
 
     /// Whether `delay` mode is meaningful: only the bucket-shaped algorithms can say when a
-    /// request's slot comes; a window only knows when it ends.
+    /// request's turn comes; a window only knows when it ends.
     pub fn supports_delay(self) -> bool {
         matches!(
             self,
@@ -106,7 +106,7 @@ pub enum Mode {
     /// Reject it (429).
     #[default]
     Reject,
-    /// Reserve its slot now and make it wait for it, up to `max_delay`; reject beyond.
+    /// Reserve its turn now and make it wait for it, up to `max_delay`; reject beyond.
     Delay,
     /// Let it through, but report and count that it would have been rejected.
     Shadow,

@@ -214,7 +214,9 @@ pub struct Settlement<'a> {
     pub admitted_at: crate::clock::Micros,
     /// After this (store's clock) the reservation can no longer be settled.
     pub expires_at: crate::clock::Micros,
-    /// Names the reservation: a store settles one id once, until `expires_at`.
+    /// Names the reservation: a store settles one id once, until `expires_at`. Empty: no
+    /// one-time marker is kept (for callers that settle once by construction, like the
+    /// gateway and the tower layer settling a response's real cost).
     pub id: &'a str,
 }
 
@@ -367,7 +369,7 @@ pub trait Store: Send + Sync + 'static {
     }
 
     /// Gives back what an admitted request of `cost` took (a delayed request that was
-    /// cancelled before its slot came), where the algorithm allows it.
+    /// cancelled before its turn came), where the algorithm allows it.
     fn refund<'a>(
         &'a self,
         policies: &'a [Arc<Policy>],
@@ -429,6 +431,23 @@ pub trait Store: Send + Sync + 'static {
             "the {} store keeps no per-key overrides",
             self.kind()
         )))))
+    }
+
+    /// [`Store::set_override`] for a key that is also checked placed under `placement`
+    /// ([`KeyedCheck::placement`]; the Envoy service places its keys by domain): the
+    /// override must hold for the placed checks as well as the unplaced ones. The default
+    /// is [`Store::set_override`]: a store that finds a key's override whatever its
+    /// placement (the in-memory store) needs nothing more; a store wrapping another must
+    /// forward it.
+    fn set_override_placed<'a>(
+        &'a self,
+        policy: &'a Arc<Policy>,
+        key: &'a str,
+        placement: &'a str,
+        value: Option<Override>,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        let _ = placement;
+        self.set_override(policy, key, value)
     }
 
     /// The override of `key` under `policy`, if one is set. The default: none.
@@ -517,6 +536,15 @@ impl<S: Store + ?Sized> Store for Arc<S> {
         value: Option<Override>,
     ) -> BoxFuture<'a, Result<(), StoreError>> {
         (**self).set_override(policy, key, value)
+    }
+    fn set_override_placed<'a>(
+        &'a self,
+        policy: &'a Arc<Policy>,
+        key: &'a str,
+        placement: &'a str,
+        value: Option<Override>,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        (**self).set_override_placed(policy, key, placement, value)
     }
     fn get_override<'a>(
         &'a self,

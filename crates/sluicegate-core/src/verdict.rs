@@ -78,7 +78,7 @@ pub struct PolicyDecision {
 pub struct Verdict {
     /// Whether the request goes ahead (after `delay`).
     pub allowed: bool,
-    /// How long the request must wait for its reserved slot (delay mode), µs.
+    /// How long the request must wait for its reserved turn (delay mode), µs.
     pub delay: Micros,
     /// One entry per policy, in request order.
     pub decisions: Vec<PolicyDecision>,

@@ -135,3 +135,31 @@ fn an_override_of_the_period_keeps_the_count() {
     assert_eq!((read.limit, read.remaining), (1000, 910));
     assert!(read.reset_after <= 3_600_000_000, "{read:?}");
 }
+
+#[test]
+fn overrides_are_bounded_by_max_keys() {
+    let s = MemoryStore::with_clock(4, ManualClock::new(T0));
+    let p = policy(AlgorithmKind::FixedWindow, 100);
+    let value = Override {
+        limit: 1000,
+        burst: None,
+        period: None,
+    };
+    let refused = (0..100)
+        .filter(|i| {
+            s.set_override_now(&p, &format!("k{i}"), Some(value))
+                .is_err()
+        })
+        .count();
+    assert_eq!(refused, 96, "one shard of 4 keys holds 4 overrides");
+    // Changing or removing a held one is always possible; a removed one frees its place
+    // once its key's state is carried back, at the key's next decision.
+    let held = (0..100)
+        .map(|i| format!("k{i}"))
+        .find(|k| s.get_override_now(&p, k).is_some())
+        .unwrap();
+    assert!(s.set_override_now(&p, &held, Some(value)).is_ok());
+    assert!(s.set_override_now(&p, &held, None).is_ok());
+    check(&s, &p, &held, 0);
+    assert!(s.set_override_now(&p, "another", Some(value)).is_ok());
+}

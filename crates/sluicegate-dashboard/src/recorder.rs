@@ -20,7 +20,7 @@ pub const OUTCOMES: [Outcome; 5] = [
     Outcome::StoreError,
 ];
 
-fn slot(outcome: Outcome) -> usize {
+fn column(outcome: Outcome) -> usize {
     match outcome {
         Outcome::Allowed => 0,
         Outcome::Denied => 1,
@@ -307,7 +307,7 @@ impl VerdictObserver for DashboardObserver {
                     }
                 }
             };
-            second.counts[index].1[slot(decision.outcome)] += 1;
+            second.counts[index].1[column(decision.outcome)] += 1;
             if matches!(decision.outcome, Outcome::Denied | Outcome::ShadowDenied) {
                 let key = key_arc
                     .get_or_insert_with(|| Arc::from(display_key(key)))

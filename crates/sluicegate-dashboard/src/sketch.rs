@@ -35,14 +35,14 @@ pub struct Counter<K> {
 #[derive(Debug, Clone)]
 pub struct SpaceSaving<K> {
     capacity: usize,
-    /// The counters, in slots that never move, so the index is written only when an item
+    /// The counters, in cells that never move, so the index is written only when an item
     /// enters or leaves.
-    slots: Vec<Counter<K>>,
-    /// A binary min-heap of slots on their `count`: the counter to evict is at the root.
+    cells: Vec<Counter<K>>,
+    /// A binary min-heap of cells on their `count`: the counter to evict is at the root.
     heap: Vec<usize>,
-    /// Where each slot is in `heap`.
+    /// Where each cell is in `heap`.
     position: Vec<usize>,
-    /// Which slot holds each item. Seeded per sketch: the items are client-chosen keys.
+    /// Which cell holds each item. Seeded per sketch: the items are client-chosen keys.
     index: HashMap<K, usize, foldhash::fast::RandomState>,
     total: u64,
 }
@@ -53,7 +53,7 @@ impl<K: Hash + Eq + Clone> SpaceSaving<K> {
         let capacity = capacity.max(1);
         SpaceSaving {
             capacity,
-            slots: Vec::with_capacity(capacity),
+            cells: Vec::with_capacity(capacity),
             heap: Vec::with_capacity(capacity),
             position: Vec::with_capacity(capacity),
             index: HashMap::with_capacity_and_hasher(capacity, Default::default()),
@@ -64,25 +64,25 @@ impl<K: Hash + Eq + Clone> SpaceSaving<K> {
     /// Counts `weight` occurrences of `item`.
     pub fn add(&mut self, item: K, weight: u64) {
         self.total = self.total.saturating_add(weight);
-        if let Some(&slot) = self.index.get(&item) {
-            self.slots[slot].count = self.slots[slot].count.saturating_add(weight);
-            self.sift_down(self.position[slot]);
-        } else if self.slots.len() < self.capacity {
-            let slot = self.slots.len();
-            self.index.insert(item.clone(), slot);
-            self.slots.push(Counter {
+        if let Some(&cell) = self.index.get(&item) {
+            self.cells[cell].count = self.cells[cell].count.saturating_add(weight);
+            self.sift_down(self.position[cell]);
+        } else if self.cells.len() < self.capacity {
+            let cell = self.cells.len();
+            self.index.insert(item.clone(), cell);
+            self.cells.push(Counter {
                 item,
                 count: weight,
                 error: 0,
             });
             self.position.push(self.heap.len());
-            self.heap.push(slot);
+            self.heap.push(cell);
             self.sift_up(self.heap.len() - 1);
         } else {
-            let slot = self.heap[0];
-            let min = self.slots[slot].count;
+            let cell = self.heap[0];
+            let min = self.cells[cell].count;
             let evicted = std::mem::replace(
-                &mut self.slots[slot],
+                &mut self.cells[cell],
                 Counter {
                     item: item.clone(),
                     count: min.saturating_add(weight),
@@ -90,14 +90,14 @@ impl<K: Hash + Eq + Clone> SpaceSaving<K> {
                 },
             );
             self.index.remove(&evicted.item);
-            self.index.insert(item, slot);
+            self.index.insert(item, cell);
             self.sift_down(0);
         }
     }
 
     /// The `n` largest counters, largest first.
     pub fn top(&self, n: usize) -> Vec<&Counter<K>> {
-        let mut all: Vec<&Counter<K>> = self.slots.iter().collect();
+        let mut all: Vec<&Counter<K>> = self.cells.iter().collect();
         all.sort_by_key(|c| std::cmp::Reverse(c.count));
         all.truncate(n);
         all
@@ -105,17 +105,17 @@ impl<K: Hash + Eq + Clone> SpaceSaving<K> {
 
     /// Every counter, in no particular order.
     pub fn counters(&self) -> impl Iterator<Item = &Counter<K>> {
-        self.slots.iter()
+        self.cells.iter()
     }
 
     /// Counters in use.
     pub fn len(&self) -> usize {
-        self.slots.len()
+        self.cells.len()
     }
 
     /// Whether nothing was added.
     pub fn is_empty(&self) -> bool {
-        self.slots.is_empty()
+        self.cells.is_empty()
     }
 
     /// The fixed number of counters.
@@ -129,7 +129,7 @@ impl<K: Hash + Eq + Clone> SpaceSaving<K> {
     }
 
     fn count_at(&self, i: usize) -> u64 {
-        self.slots[self.heap[i]].count
+        self.cells[self.heap[i]].count
     }
 
     fn swap(&mut self, a: usize, b: usize) {
@@ -177,13 +177,13 @@ mod tests {
             && s.heap
                 .iter()
                 .enumerate()
-                .all(|(i, slot)| s.position[*slot] == i)
-            && s.slots
+                .all(|(i, cell)| s.position[*cell] == i)
+            && s.cells
                 .iter()
                 .enumerate()
-                .all(|(slot, c)| s.index.get(&c.item) == Some(&slot))
-            && s.index.len() == s.slots.len()
-            && s.heap.len() == s.slots.len()
+                .all(|(cell, c)| s.index.get(&c.item) == Some(&cell))
+            && s.index.len() == s.cells.len()
+            && s.heap.len() == s.cells.len()
     }
 
     #[test]
@@ -224,7 +224,7 @@ mod tests {
             sketch.add(i, 1);
         }
         assert_eq!(sketch.len(), 8);
-        assert_eq!(sketch.slots.capacity(), 8);
+        assert_eq!(sketch.cells.capacity(), 8);
         assert_eq!(sketch.heap.capacity(), 8);
         assert!(sketch.index.capacity() <= 16, "{}", sketch.index.capacity());
         assert!(heap_ok(&sketch));

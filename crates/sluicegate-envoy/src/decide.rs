@@ -52,7 +52,7 @@ pub fn check_request(request: &RateLimitRequest) -> Result<(), RequestError> {
 
 /// One request descriptor on its way through a decision.
 #[derive(Debug, Clone)]
-pub struct Slot {
+pub struct Lookup {
     /// The rule that applies; `None` when none matched or it was replaced.
     pub rule: Option<Arc<Rule>>,
     /// The metric label of the match.
@@ -73,7 +73,7 @@ pub fn match_descriptors(
     config: &EnvoyConfig,
     shared: &SharedConfig,
     request: &RateLimitRequest,
-) -> Vec<Slot> {
+) -> Vec<Lookup> {
     let domain = request.domain.as_str();
     let default_cost = match request.hits_addend {
         0 => 1,
@@ -84,7 +84,7 @@ pub fn match_descriptors(
         .iter()
         .map(|d| {
             let cost = d.hits_addend.as_ref().map_or(default_cost, |h| h.value);
-            let mut slot = Slot {
+            let mut lookup = Lookup {
                 rule: None,
                 label: String::new(),
                 key: String::new(),
@@ -93,9 +93,9 @@ pub fn match_descriptors(
                 items: Vec::new(),
             };
             if config.has_domain(domain) {
-                match_one(config, shared, domain, d, &mut slot);
+                match_one(config, shared, domain, d, &mut lookup);
             }
-            slot
+            lookup
         })
         .collect()
 }
@@ -105,7 +105,7 @@ fn match_one(
     shared: &SharedConfig,
     domain: &str,
     descriptor: &RateLimitDescriptor,
-    slot: &mut Slot,
+    lookup: &mut Lookup,
 ) {
     let entries: Vec<(&str, &str)> = descriptor
         .entries
@@ -120,9 +120,9 @@ fn match_one(
         .as_ref()
         .and_then(|l| override_rule(shared, domain, &entries, l.requests_per_unit, l.unit))
     {
-        slot.label = rule.path.clone();
-        slot.key = crate::key::descriptor_key(domain, &entries);
-        slot.rule = Some(rule);
+        lookup.label = rule.path.clone();
+        lookup.key = crate::key::descriptor_key(domain, &entries);
+        lookup.rule = Some(rule);
         return;
     }
     if let Some(found) = config.find(domain, &entries) {
@@ -131,9 +131,9 @@ fn match_one(
             .zip(&found.counter)
             .map(|(&(key, _), &part)| (key, part))
             .collect();
-        slot.key = counter_key(domain, &parts);
-        slot.label = found.label;
-        slot.rule = Some(Arc::clone(found.rule));
+        lookup.key = counter_key(domain, &parts);
+        lookup.label = found.label;
+        lookup.rule = Some(Arc::clone(found.rule));
     }
 }
 
@@ -181,8 +181,8 @@ fn override_rule(
 }
 
 /// Step 3: `replaces`: a matched rule drops every other matched rule it names.
-pub fn drop_replaced(slots: &mut [Slot]) {
-    let replaced: HashSet<String> = slots
+pub fn drop_replaced(lookups: &mut [Lookup]) {
+    let replaced: HashSet<String> = lookups
         .iter()
         .filter_map(|s| s.rule.as_ref())
         .flat_map(|r| r.replaces.iter().cloned())
@@ -190,10 +190,10 @@ pub fn drop_replaced(slots: &mut [Slot]) {
     if replaced.is_empty() {
         return;
     }
-    for slot in slots {
-        let named = slot.rule.as_ref().and_then(|r| r.name.as_deref());
+    for lookup in lookups {
+        let named = lookup.rule.as_ref().and_then(|r| r.name.as_deref());
         if named.is_some_and(|n| replaced.contains(n)) {
-            slot.rule = None;
+            lookup.rule = None;
         }
     }
 }
@@ -245,17 +245,23 @@ impl Plan {
 }
 
 /// Step 4: one item per `(policy, key)` of the matched rules.
-pub fn plan(slots: &mut [Slot]) -> Plan {
+pub fn plan(lookups: &mut [Lookup]) -> Plan {
     let mut plan = Plan::default();
-    for slot in slots {
-        let Some(rule) = slot.rule.clone() else {
+    for lookup in lookups {
+        let Some(rule) = lookup.rule.clone() else {
             continue;
         };
         match &rule.kind {
-            RuleKind::Limit(policies) if !slot.negative => {
+            RuleKind::Limit(policies) if !lookup.negative => {
                 for policy in policies {
-                    let index = add_item(&mut plan.items, policy, &slot.key, slot.cost, rule.quota);
-                    slot.items.push(index);
+                    let index = add_item(
+                        &mut plan.items,
+                        policy,
+                        &lookup.key,
+                        lookup.cost,
+                        rule.quota,
+                    );
+                    lookup.items.push(index);
                 }
             }
             RuleKind::Block(_) if !rule.shadow => plan.blocked = true,
@@ -326,11 +332,11 @@ pub fn settle(items: &mut [Item]) {
 
 /// Whether a shadow limit would have refused the request: a shadow item the store denied,
 /// or a shadow `requests_per_unit: 0` rule matched.
-pub fn shadow_refused(slots: &[Slot], items: &[Item]) -> bool {
+pub fn shadow_refused(lookups: &[Lookup], items: &[Item]) -> bool {
     let denied =
         |i: &Item| !i.enforcing() && i.decision.as_ref().is_some_and(|d| !d.decision.allowed);
     items.iter().any(denied)
-        || slots
+        || lookups
             .iter()
             .filter_map(|s| s.rule.as_deref())
             .any(|r| r.shadow && matches!(r.kind, RuleKind::Block(_)))
@@ -338,19 +344,19 @@ pub fn shadow_refused(slots: &[Slot], items: &[Item]) -> bool {
 
 /// Step 6: each descriptor's status and what its metrics count (`None`: nothing matched).
 pub fn statuses(
-    slots: &[Slot],
+    lookups: &[Lookup],
     items: &[Item],
     allowed: bool,
     now: u64,
 ) -> Vec<(DescriptorStatus, Option<DescriptorOutcome>)> {
-    slots
+    lookups
         .iter()
-        .map(|slot| status(slot, items, allowed, now))
+        .map(|lookup| status(lookup, items, allowed, now))
         .collect()
 }
 
 fn status(
-    slot: &Slot,
+    lookup: &Lookup,
     items: &[Item],
     allowed: bool,
     now: u64,
@@ -360,14 +366,14 @@ fn status(
         limit_remaining: remaining,
         ..Default::default()
     };
-    let Some(rule) = slot.rule.as_deref() else {
+    let Some(rule) = lookup.rule.as_deref() else {
         return (ok(0), None);
     };
-    if slot.negative {
+    if lookup.negative {
         return (ok(0), None);
     }
     let outcome = DescriptorOutcome {
-        hits: slot.cost,
+        hits: lookup.cost,
         over_limit: false,
         near_limit: false,
         shadow_denied: false,
@@ -375,7 +381,7 @@ fn status(
     match &rule.kind {
         RuleKind::Unlimited => (ok(u32::MAX), Some(outcome)),
         RuleKind::Block(window) => block_status(rule, *window, now, outcome),
-        RuleKind::Limit(_) => limit_status(rule, slot, items, allowed, outcome),
+        RuleKind::Limit(_) => limit_status(rule, lookup, items, allowed, outcome),
     }
 }
 
@@ -408,12 +414,12 @@ fn block_status(
 
 fn limit_status(
     rule: &Rule,
-    slot: &Slot,
+    lookup: &Lookup,
     items: &[Item],
     allowed: bool,
     mut outcome: DescriptorOutcome,
 ) -> (DescriptorStatus, Option<DescriptorOutcome>) {
-    let mine: Vec<&Item> = slot.items.iter().map(|&i| &items[i]).collect();
+    let mine: Vec<&Item> = lookup.items.iter().map(|&i| &items[i]).collect();
     let decided: Vec<&PolicyDecision> = mine.iter().filter_map(|i| i.decision.as_ref()).collect();
     let denied = |d: &&PolicyDecision| !d.decision.allowed;
     let over = mine.iter().any(|i| i.enforcing() && i.over)
@@ -609,11 +615,11 @@ descriptors:
                 .collect(),
             hits_addend: 0,
         };
-        let mut slots = match_descriptors(&config, &shared, &request);
-        drop_replaced(&mut slots);
-        assert!(slots[0].rule.is_none());
-        assert!(slots[1].rule.is_some());
-        let plan = plan(&mut slots);
+        let mut lookups = match_descriptors(&config, &shared, &request);
+        drop_replaced(&mut lookups);
+        assert!(lookups[0].rule.is_none());
+        assert!(lookups[1].rule.is_some());
+        let plan = plan(&mut lookups);
         assert_eq!(plan.items.len(), 1);
         assert_eq!(plan.items[0].policy.limit(), 9);
     }

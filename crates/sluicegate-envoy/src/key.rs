@@ -22,6 +22,39 @@ fn escape_into(out: &mut String, text: &str) {
     }
 }
 
+/// The domain of a store key made by [`counter_key`] (the service places the key's checks
+/// under it); `None` for a key of another shape. An override of such a key is written where
+/// the service's placed checks read it.
+///
+/// ```
+/// use sluicegate_envoy::key::{descriptor_key, domain_of};
+/// assert_eq!(domain_of(&descriptor_key("a/b", &[("ip", "1")])).as_deref(), Some("a/b"));
+/// assert_eq!(domain_of("c-42"), None);
+/// assert_eq!(domain_of("/ip=1"), None);
+/// ```
+pub fn domain_of(key: &str) -> Option<String> {
+    let (escaped, entries) = key.split_once('/')?;
+    if escaped.is_empty() || !entries.contains('=') {
+        return None;
+    }
+    let mut out = String::with_capacity(escaped.len());
+    let mut rest = escaped;
+    while let Some(at) = rest.find('%') {
+        out.push_str(&rest[..at]);
+        let c = match rest.get(at..at + 3)? {
+            "%25" => '%',
+            "%26" => '&',
+            "%3D" => '=',
+            "%2F" => '/',
+            _ => return None,
+        };
+        out.push(c);
+        rest = &rest[at + 3..];
+    }
+    out.push_str(rest);
+    Some(out)
+}
+
 /// The key of `entries` in `domain`, at most [`MAX_KEY_LEN`] bytes.
 ///
 /// ```

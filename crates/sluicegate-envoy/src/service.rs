@@ -28,7 +28,7 @@ use sluicegate_core::{
 use tonic::{Request, Response, Status};
 
 use crate::config::{EnvoyConfig, SharedConfig};
-use crate::decide::{self, Item, Plan, Slot};
+use crate::decide::{self, Item, Lookup, Plan};
 use crate::headers::{self, HeaderSet};
 use crate::metrics;
 use crate::tree::RuleKind;
@@ -110,19 +110,19 @@ impl RateLimitService {
         })?;
         let config = self.config.get();
         let domain = request.domain.as_str();
-        let mut slots = decide::match_descriptors(&config, &self.config, request);
-        decide::drop_replaced(&mut slots);
-        let mut plan = decide::plan(&mut slots);
+        let mut lookups = decide::match_descriptors(&config, &self.config, request);
+        decide::drop_replaced(&mut lookups);
+        let mut plan = decide::plan(&mut lookups);
         let mut allowed = self.consume(domain, &mut plan).await?;
         // Upstream's SHADOW_MODE: a request some limit would have refused is counted, then
         // answered OK. Its YAML limits are shadow policies, so the store admits and the
         // would-be refusal shows in their decisions; a native rule refuses outright.
-        if config.options().shadow && (!allowed || decide::shadow_refused(&slots, &plan.items)) {
+        if config.options().shadow && (!allowed || decide::shadow_refused(&lookups, &plan.items)) {
             metrics::record_global_shadow(domain);
             allowed = true;
         }
-        let response = self.respond(&config, domain, &slots, &plan.items, allowed);
-        self.refund_negative(domain, &slots).await;
+        let response = self.respond(&config, domain, &lookups, &plan.items, allowed);
+        self.refund_negative(domain, &lookups).await;
         Ok(response)
     }
 
@@ -192,7 +192,7 @@ impl RateLimitService {
         &self,
         config: &EnvoyConfig,
         domain: &str,
-        slots: &[Slot],
+        lookups: &[Lookup],
         items: &[Item],
         allowed: bool,
     ) -> RateLimitResponse {
@@ -201,41 +201,38 @@ impl RateLimitService {
             overall_code: if allowed { Code::Ok } else { Code::OverLimit } as i32,
             ..Default::default()
         };
-        for (slot, (status, outcome)) in slots
+        for (lookup, (status, outcome)) in lookups
             .iter()
-            .zip(decide::statuses(slots, items, allowed, now))
+            .zip(decide::statuses(lookups, items, allowed, now))
         {
             if let Some(outcome) = outcome {
-                metrics::record(domain, &slot.label, outcome);
+                metrics::record(domain, &lookup.label, outcome);
             }
             response.statuses.push(status);
         }
-        let verdict = self.observe(slots, items, allowed);
-        let block_reset =
-            slots
-                .iter()
-                .filter_map(|s| s.rule.as_deref())
-                .find_map(|rule| match rule.kind {
-                    RuleKind::Block(window) if !rule.shadow => {
-                        Some(decide::window_left(window, now))
-                    }
-                    _ => None,
-                });
+        let verdict = self.observe(lookups, items, allowed);
+        let block_reset = lookups
+            .iter()
+            .filter_map(|s| s.rule.as_deref())
+            .find_map(|rule| match rule.kind {
+                RuleKind::Block(window) if !rule.shadow => Some(decide::window_left(window, now)),
+                _ => None,
+            });
         let rendered = headers::render(&verdict, &self.headers, block_reset);
         response.response_headers_to_add = rendered.headers;
         response.raw_body = rendered.body;
         if config.options().dynamic_metadata {
-            response.dynamic_metadata = dynamic_metadata(slots);
+            response.dynamic_metadata = dynamic_metadata(lookups);
         }
         response
     }
 
     /// Tells the observer each descriptor's verdict; returns the request's verdict over every
     /// policy decided (each policy once), for the headers.
-    fn observe(&self, slots: &[Slot], items: &[Item], allowed: bool) -> Verdict {
+    fn observe(&self, lookups: &[Lookup], items: &[Item], allowed: bool) -> Verdict {
         let mut all: Vec<PolicyDecision> = Vec::new();
-        for slot in slots {
-            let decisions: Vec<PolicyDecision> = slot
+        for lookup in lookups {
+            let decisions: Vec<PolicyDecision> = lookup
                 .items
                 .iter()
                 .filter_map(|&i| items[i].decision.clone())
@@ -249,7 +246,7 @@ impl RateLimitService {
                 decisions,
                 at: 0,
             };
-            self.decider.observe(&slot.key, &verdict);
+            self.decider.observe(&lookup.key, &verdict);
             for d in verdict.decisions {
                 if !all.iter().any(|o| o.policy.name() == d.policy.name()) {
                     all.push(d);
@@ -265,12 +262,12 @@ impl RateLimitService {
     }
 
     /// `is_negative_hits` descriptors give their hits back to their rule's policies.
-    async fn refund_negative(&self, domain: &str, slots: &[Slot]) {
-        for slot in slots.iter().filter(|s| s.negative) {
-            if let Some(RuleKind::Limit(policies)) = slot.rule.as_ref().map(|r| &r.kind) {
+    async fn refund_negative(&self, domain: &str, lookups: &[Lookup]) {
+        for lookup in lookups.iter().filter(|s| s.negative) {
+            if let Some(RuleKind::Limit(policies)) = lookup.rule.as_ref().map(|r| &r.kind) {
                 let items: Vec<KeyedCheck<'_>> = policies
                     .iter()
-                    .map(|p| KeyedCheck::new(p, &slot.key, slot.cost).placed(domain))
+                    .map(|p| KeyedCheck::new(p, &lookup.key, lookup.cost).placed(domain))
                     .collect();
                 if let Err(error) = self.decider.store().refund_keyed(&items).await {
                     tracing::warn!(%error, "could not apply negative hits");
@@ -308,9 +305,9 @@ fn store_status(error: &StoreError) -> Status {
 
 /// The `metadata` of every rule that applied, merged into one struct (a key set by an
 /// earlier descriptor wins); `None` when no rule has any.
-fn dynamic_metadata(slots: &[Slot]) -> Option<Struct> {
+fn dynamic_metadata(lookups: &[Lookup]) -> Option<Struct> {
     let mut merged = Struct::default();
-    for metadata in slots
+    for metadata in lookups
         .iter()
         .filter_map(|s| s.rule.as_ref()?.metadata.as_ref())
     {

@@ -40,8 +40,16 @@ descriptors:
 
 /// Starts the service on a free port; returns a connected client.
 async fn start(store: Arc<dyn Store>, config: EnvoyConfig) -> RateLimitServiceClient<Channel> {
-    let service = RateLimitService::new(store, SharedConfig::new(config))
-        .with_headers(vec![HeaderSet::Draft6, HeaderSet::Ietf]);
+    start_shared(store, SharedConfig::new(config)).await
+}
+
+/// [`start`] on a config handle the test keeps, to reload it.
+async fn start_shared(
+    store: Arc<dyn Store>,
+    shared: SharedConfig,
+) -> RateLimitServiceClient<Channel> {
+    let service =
+        RateLimitService::new(store, shared).with_headers(vec![HeaderSet::Draft6, HeaderSet::Ietf]);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(sluicegate_envoy::serve(
@@ -497,5 +505,33 @@ async fn a_key_override_is_enforced_and_reported() {
             .unwrap()
             .requests_per_unit,
         5
+    );
+}
+
+/// A YAML reload that raises a rule's `requests_per_unit` keeps what each descriptor used
+/// (issue 14, item 6), as the server's reload does it: retain the new rules' policies in
+/// the memory store, then swap the rules.
+#[tokio::test]
+async fn a_yaml_reload_that_raises_a_limit_keeps_the_usage() {
+    let store = Arc::new(MemoryStore::new(10_000));
+    let yaml = |n: u32| {
+        format!(
+            "domain: shop\ndescriptors:\n  - key: remote_address\n    rate_limit: {{unit: day, requests_per_unit: {n}}}\n"
+        )
+    };
+    let shared = SharedConfig::new(EnvoyConfig::from_yaml_str(&yaml(5), None).unwrap());
+    let mut client = start_shared(Arc::clone(&store) as Arc<dyn Store>, shared.clone()).await;
+    let one = || request(vec![descriptor(&[("remote_address", "10.0.0.7")])]);
+    for _ in 0..4 {
+        assert_eq!(ask(&mut client, one()).await.overall_code, OK);
+    }
+    let raised = EnvoyConfig::from_yaml_str(&yaml(10), None).unwrap();
+    store.retain_policies(raised.policies());
+    shared.replace(raised);
+    let r = ask(&mut client, one()).await;
+    assert_eq!(r.overall_code, OK);
+    assert_eq!(
+        r.statuses[0].limit_remaining, 5,
+        "4 used of 10, then this one"
     );
 }

@@ -157,7 +157,12 @@ where
             };
             let mut response = inner.call(request).await?;
             decision.write_headers(response.headers_mut());
-            Ok(response.map(|body| Either::Left(held(body, guard, permit))))
+            // The route's `settle` and `count`, from the response head (and body).
+            let tap = decision.after_response().and_then(|(settler, after)| {
+                let status = response.status();
+                settler.on_head(&after, status, response.headers_mut())
+            });
+            Ok(response.map(|body| Either::Left(held(body, guard, permit).with_tap(tap))))
         })
     }
 }

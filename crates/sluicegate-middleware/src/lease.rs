@@ -14,6 +14,8 @@ use bytes::Buf;
 use http_body::{Body, Frame, SizeHint};
 use sluicegate_core::{Lease, Store};
 
+use crate::settle::UsageTap;
+
 /// Releases leases when dropped (or by [`LeaseGuard::release`]), in a task on the current
 /// Tokio runtime, so a drop never blocks. Releasing twice is harmless: a freed lease
 /// matches nothing.
@@ -72,19 +74,31 @@ impl Drop for LeaseGuard {
 }
 
 pin_project_lite::pin_project! {
-    /// A response body that releases its request's leases when it ends or is dropped.
+    /// A response body that releases its request's leases when it ends or is dropped, and
+    /// shows its bytes to a [`UsageTap`] (a route's `settle = "openai-usage"`) on the way.
     /// Frames pass through untouched and at once: nothing is buffered or delayed.
     pub struct LeaseBody<B> {
         #[pin]
         inner: B,
         guard: Option<LeaseGuard>,
+        tap: Option<UsageTap>,
     }
 }
 
 impl<B> LeaseBody<B> {
     /// Wraps `inner`; with `guard` `None` it only passes frames through.
     pub fn new(inner: B, guard: Option<LeaseGuard>) -> Self {
-        LeaseBody { inner, guard }
+        LeaseBody {
+            inner,
+            guard,
+            tap: None,
+        }
+    }
+
+    /// Also shows every data frame to `tap`, which settles when the body ends or is dropped.
+    pub fn with_tap(mut self, tap: Option<UsageTap>) -> Self {
+        self.tap = tap;
+        self
     }
 }
 
@@ -101,6 +115,17 @@ where
     ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
         let this = self.project();
         let polled = this.inner.poll_frame(cx);
+        if let Some(tap) = this.tap.as_mut() {
+            match &polled {
+                Poll::Ready(Some(Ok(frame))) => {
+                    if let Some(data) = frame.data_ref() {
+                        tap.feed(data.chunk());
+                    }
+                }
+                Poll::Ready(None) => tap.finish(),
+                _ => {}
+            }
+        }
         // The last frame went out (or the body failed): the request is over.
         if matches!(polled, Poll::Ready(None) | Poll::Ready(Some(Err(_))))
             && let Some(guard) = this.guard.take()

@@ -11,6 +11,8 @@
 //!   headers, `Retry-After`, and the 429 JSON response.
 //! - [`RateLimiter`]: route → key → store → `on_store_error` → observer → decision;
 //!   delay mode waits without holding a thread and refunds a cancelled request's slot.
+//! - [`settle`]: response-aware routes (`cost`, `settle`, `count`): the real cost of a
+//!   request, set after its response.
 //! - [`Pool`]: fair throttling (`[[pools]]`): a route's admitted requests wait for a slot
 //!   shared by every client, by level shares and fair queuing per client key.
 //! - [`MetricsObserver`]: `sluicegate_decisions_total{policy, outcome}`.
@@ -51,6 +53,7 @@ pub mod metrics;
 pub mod path;
 pub mod pool;
 pub mod route;
+pub mod settle;
 
 pub use access::{Access, AccessList};
 pub use builder::{BuildError, RateLimiterBuilder};
@@ -65,3 +68,4 @@ pub use pool::{PermitBody, Pool, PoolBindError, PoolPermit, PoolRejected, PoolSt
 pub use route::{
     KeySpec, Route, RouteError, RouteField, RouteFieldError, RoutePool, RouteSpec, RouteTable,
 };
+pub use settle::{AfterResponse, Count, SettleFrom, Settler, UsageTap};

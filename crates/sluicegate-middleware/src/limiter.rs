@@ -66,16 +66,16 @@ pub struct RateLimiter {
     wait_queue: Option<Arc<WaitQueue>>,
 }
 
-/// `sluicegate_waiting`: delayed requests waiting for their slot now (what `max_waiting`
+/// `sluicegate_waiting`: delayed requests waiting for their turn now (what `max_waiting`
 /// bounds).
 pub const WAITING: &str = "sluicegate_waiting";
 /// `sluicegate_max_waiting_rejected_total`: delayed requests refused because `max_waiting`
 /// requests were already waiting (also counted as `denied` in `sluicegate_decisions_total`).
 pub const MAX_WAITING_REJECTED: &str = "sluicegate_max_waiting_rejected_total";
 
-/// Bounds how many delayed requests wait for their slot at once (`server.max_waiting`):
+/// Bounds how many delayed requests wait for their turn at once (`server.max_waiting`):
 /// each one holds a connection and a task, so an unbounded queue is a way to exhaust the
-/// server. A request that would wait beyond the bound is rejected at once (429, its slot
+/// server. A request that would wait beyond the bound is rejected at once (429, its turn
 /// given back), like nginx `limit_req` when its burst queue is full.
 ///
 /// Shared by every limiter built from one configuration and its reloads, so requests
@@ -102,7 +102,7 @@ impl WaitQueue {
     pub fn waiting(&self) -> usize {
         self.waiting.load(Ordering::Relaxed)
     }
-    fn try_enter(self: &Arc<Self>) -> Option<Arc<WaitSlot>> {
+    fn try_enter(self: &Arc<Self>) -> Option<Arc<WaitPlace>> {
         let max = self.max.load(Ordering::Relaxed);
         self.waiting
             .fetch_update(Ordering::AcqRel, Ordering::Relaxed, |n| {
@@ -110,7 +110,7 @@ impl WaitQueue {
             })
             .ok()?;
         metrics::gauge!(WAITING).increment(1.0);
-        Some(Arc::new(WaitSlot {
+        Some(Arc::new(WaitPlace {
             queue: Arc::clone(self),
             held: AtomicBool::new(true),
         }))
@@ -119,12 +119,12 @@ impl WaitQueue {
 
 /// One place in a [`WaitQueue`], given back after the wait (or when dropped).
 #[derive(Debug)]
-struct WaitSlot {
+struct WaitPlace {
     queue: Arc<WaitQueue>,
     held: AtomicBool,
 }
 
-impl WaitSlot {
+impl WaitPlace {
     fn release(&self) {
         if self.held.swap(false, Ordering::AcqRel) {
             self.queue.waiting.fetch_sub(1, Ordering::AcqRel);
@@ -133,7 +133,7 @@ impl WaitSlot {
     }
 }
 
-impl Drop for WaitSlot {
+impl Drop for WaitPlace {
     fn drop(&mut self) {
         self.release();
     }
@@ -220,8 +220,8 @@ impl RateLimiter {
         }
         let mut bindings = vec![None; self.routes.routes().len()];
         for route in self.routes.routes() {
-            if let Some(slot) = bindings.get_mut(route.index()) {
-                *slot = PoolBinding::resolve(route, pools)?;
+            if let Some(binding) = bindings.get_mut(route.index()) {
+                *binding = PoolBinding::resolve(route, pools)?;
             }
         }
         self.pools = bindings;
@@ -311,9 +311,11 @@ impl RateLimiter {
             policy_field: None,
             store: Arc::clone(self.decider.store()),
             header_sets: Arc::clone(&self.header_sets),
-            wait_slot: None,
+            wait_place: None,
             forbidden: true,
             pool: None,
+            cost: COST,
+            after: None,
         }
     }
 
@@ -321,7 +323,7 @@ impl RateLimiter {
     /// the stores refuse others, and that refusal is handled like a store failure).
     pub async fn check_key(&self, route: &Route, key: String) -> RateLimitDecision {
         let policies = route.policies();
-        let request = CheckRequest::new(policies, &key, COST);
+        let request = CheckRequest::new(policies, &key, route.cost());
         // The caller's mistakes (a key the stores refuse) are answered like a store failure:
         // an HTTP client must never see a 500 for them. Errors of the configuration or the
         // code fail closed (`Verdict::store_error`): they must never open the gate.
@@ -346,11 +348,14 @@ impl RateLimiter {
             self.warn_store_error(error);
         }
         let mut verdict = decided.verdict;
-        let mut wait_slot = None;
+        let mut wait_place = None;
         if verdict.allowed && verdict.delay > 0 {
             match self.wait_queue.as_ref().map(WaitQueue::try_enter) {
-                Some(None) => self.reject_queue_full(&mut verdict, &key).await,
-                Some(slot) => wait_slot = slot,
+                Some(None) => {
+                    self.reject_queue_full(&mut verdict, &key, route.cost())
+                        .await
+                }
+                Some(place) => wait_place = place,
                 None => {}
             }
         }
@@ -373,14 +378,16 @@ impl RateLimiter {
             policy_field: route.policy_field().cloned(),
             store: Arc::clone(self.decider.store()),
             header_sets: Arc::clone(&self.header_sets),
-            wait_slot,
+            wait_place,
             forbidden: false,
+            cost: route.cost(),
+            after: route.after().cloned(),
         }
     }
 
     /// The wait queue is full: give back what the request took and deny it, with the wait
     /// it would have had as its `retry_after`.
-    async fn reject_queue_full(&self, verdict: &mut Verdict, key: &str) {
+    async fn reject_queue_full(&self, verdict: &mut Verdict, key: &str, cost: u64) {
         let consumed: Vec<Arc<Policy>> = verdict
             .decisions
             .iter()
@@ -388,8 +395,8 @@ impl RateLimiter {
             .map(|d| Arc::clone(&d.policy))
             .collect();
         metrics::counter!(MAX_WAITING_REJECTED).increment(1);
-        if let Err(error) = self.decider.store().refund(&consumed, key, COST).await {
-            tracing::debug!(%error, "could not give back the slot of a request refused by max_waiting");
+        if let Err(error) = self.decider.store().refund(&consumed, key, cost).await {
+            tracing::debug!(%error, "could not give back the turn of a request refused by max_waiting");
         }
         for d in &mut verdict.decisions {
             if d.decision.delay > 0 {
@@ -440,8 +447,12 @@ pub struct RateLimitDecision {
     store: Arc<dyn Store>,
     header_sets: Arc<[HeaderSet]>,
     pool: Option<PoolBinding>,
-    wait_slot: Option<Arc<WaitSlot>>,
+    wait_place: Option<Arc<WaitPlace>>,
     forbidden: bool,
+    /// The route's cost, charged on arrival.
+    cost: u64,
+    /// The route's `settle` and `count`, when it has any.
+    after: Option<Arc<crate::AfterResponse>>,
 }
 
 impl std::fmt::Debug for RateLimitDecision {
@@ -463,7 +474,7 @@ impl RateLimitDecision {
     pub fn is_forbidden(&self) -> bool {
         self.forbidden
     }
-    /// How long the request must wait for its reserved slot (delay mode).
+    /// How long the request must wait for its reserved turn (delay mode).
     pub fn delay(&self) -> Duration {
         Duration::from_micros(self.verdict.delay)
     }
@@ -481,13 +492,24 @@ impl RateLimitDecision {
     }
     /// The guard over the leases this admitted request holds on concurrency policies:
     /// keep it until the response has been sent (wrap the body in a
-    /// [`LeaseBody`](crate::LeaseBody)); dropping it frees the slots. `None` when the
+    /// [`LeaseBody`](crate::LeaseBody)); dropping it frees the leases. `None` when the
     /// request holds no lease.
     pub fn lease_guard(&self) -> Option<crate::LeaseGuard> {
         crate::LeaseGuard::new(
             Arc::clone(&self.store),
-            self.verdict.leases(&self.key, COST),
+            self.verdict.leases(&self.key, self.cost),
         )
+    }
+
+    /// What to do once the upstream has answered (the route's `settle` and `count`):
+    /// call [`Settler::on_head`](crate::Settler::on_head) with the response head and wrap
+    /// the body with the returned tap ([`LeaseBody::with_tap`](crate::LeaseBody::with_tap)).
+    /// `None` when the route has no such rule or nothing was consumed.
+    pub fn after_response(&self) -> Option<(crate::Settler, Arc<crate::AfterResponse>)> {
+        let after = self.after.as_ref()?;
+        let settler =
+            crate::Settler::of(Arc::clone(&self.store), &self.verdict, &self.key, self.cost)?;
+        Some((settler, Arc::clone(after)))
     }
     /// `Retry-After` in whole seconds (at least 1) when rejected.
     pub fn retry_after_secs(&self) -> Option<u64> {
@@ -533,10 +555,10 @@ impl RateLimitDecision {
         }
     }
 
-    /// Waits for the request's reserved slot (delay mode; returns at once otherwise)
-    /// without holding a thread. If the future is dropped before the slot comes (the
+    /// Waits for the request's reserved turn (delay mode; returns at once otherwise)
+    /// without holding a thread. If the future is dropped before the turn comes (the
     /// client went away), what the request took is given back with [`Store::refund`], in a
-    /// spawned task, so the slot goes to the next request.
+    /// spawned task, so the turn goes to the next request.
     pub async fn wait(&self) {
         if self.verdict.delay == 0 || !self.verdict.allowed {
             return;
@@ -554,17 +576,18 @@ impl RateLimitDecision {
                 store: Arc::clone(&self.store),
                 policies: consumed,
                 key: self.key.clone(),
+                cost: self.cost,
             }),
         };
         tokio::time::sleep(self.delay()).await;
         guard.refund = None;
-        if let Some(slot) = &self.wait_slot {
-            slot.release();
+        if let Some(place) = &self.wait_place {
+            place.release();
         }
     }
 }
 
-/// Gives a cancelled delayed request's slot back when dropped armed.
+/// Gives a cancelled delayed request's turn back when dropped armed.
 struct RefundGuard {
     refund: Option<Refund>,
 }
@@ -573,6 +596,7 @@ struct Refund {
     store: Arc<dyn Store>,
     policies: Vec<Arc<Policy>>,
     key: String,
+    cost: u64,
 }
 
 impl Drop for RefundGuard {
@@ -581,6 +605,7 @@ impl Drop for RefundGuard {
             store,
             policies,
             key,
+            cost,
         }) = self.refund.take()
         else {
             return;
@@ -589,7 +614,7 @@ impl Drop for RefundGuard {
             return;
         };
         runtime.spawn(async move {
-            if let Err(error) = store.refund(&policies, &key, 1).await {
+            if let Err(error) = store.refund(&policies, &key, cost).await {
                 tracing::debug!(%error, key = %crate::identity::key_hint(&key), "could not refund a cancelled delayed request");
             }
         });

@@ -21,7 +21,8 @@
 //!   one with more header conditions, then the one with `methods`, then the one written
 //!   first. A request that matches no route is not limited.
 
-use std::collections::BTreeMap;
+use std::borrow::Cow;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::str::FromStr;
 use std::sync::Arc;
@@ -190,6 +191,17 @@ pub struct RouteSpec {
     /// This route's flows get this many shares within the level (default 1).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub weight: Option<u32>,
+    /// The cost charged when a request arrives (an estimate when `settle` is set); default 1.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost: Option<u64>,
+    /// Where the real cost comes from after the response: `header:<name>` or
+    /// `openai-usage` (see [`crate::settle`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub settle: Option<String>,
+    /// `all` (default), `failures` or `successes`: requests that do not count are given
+    /// back after the response.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub count: Option<String>,
 }
 
 impl RouteSpec {
@@ -207,7 +219,32 @@ impl RouteSpec {
             pool: None,
             level: None,
             weight: None,
+            cost: None,
+            settle: None,
+            count: None,
         }
+    }
+
+    /// Charges `cost` on arrival, settles the real cost from `settle` (`header:<name>` or
+    /// `openai-usage`) and counts only `count` (`all`, `failures`, `successes`).
+    pub fn response_rules(mut self, cost: u64, settle: Option<&str>, count: Option<&str>) -> Self {
+        self.cost = Some(cost);
+        self.settle = settle.map(str::to_owned);
+        self.count = count.map(str::to_owned);
+        self
+    }
+
+    /// The parsed `settle` and `count`, or why they are wrong.
+    pub fn after_response(&self) -> Result<crate::settle::AfterResponse, String> {
+        Ok(crate::settle::AfterResponse {
+            settle: self.settle.as_deref().map(str::parse).transpose()?,
+            count: self
+                .count
+                .as_deref()
+                .map(str::parse)
+                .transpose()?
+                .unwrap_or_default(),
+        })
     }
 
     /// Sends the route's admitted requests through `pool` at `level` (`None`: the pool's
@@ -318,6 +355,14 @@ pub enum RouteError {
         "invalid key {0:?}; expected \"ip\", \"header:<name>\", \"query:<name>\", \"cookie:<name>\", \"global\", or up to 8 of the others joined by \"+\" (e.g. \"ip+header:x-api-key\")"
     )]
     InvalidKey(String),
+    /// A `cost`, `settle` or `count` that cannot work.
+    #[error("route {path:?}: {reason}")]
+    InvalidResponseRule {
+        /// The route.
+        path: String,
+        /// Why.
+        reason: String,
+    },
 }
 
 /// Where in a [`RouteSpec`] a mistake is: the field, as configured, and for a list or
@@ -454,6 +499,8 @@ pub struct Route {
     policy_field: Option<HeaderValue>,
     access: Option<AccessList>,
     pool: Option<RoutePool>,
+    cost: u64,
+    after: Option<Arc<crate::settle::AfterResponse>>,
 }
 
 /// A route's `pool`, `level` and `weight`, as written (resolved by
@@ -487,6 +534,13 @@ impl Route {
             return Err(first.error);
         }
         let policies: Vec<Arc<Policy>> = policies.into_iter().flatten().collect();
+        let invalid = |reason: String| RouteError::InvalidResponseRule {
+            path: spec.path.clone(),
+            reason,
+        };
+        let cost = spec.cost.unwrap_or(1);
+        crate::settle::check_cost(cost, &policies).map_err(invalid)?;
+        let after = spec.after_response().map_err(invalid)?;
         let methods = spec
             .methods
             .as_ref()
@@ -518,7 +572,19 @@ impl Route {
                 level: spec.level.clone(),
                 weight: spec.weight.unwrap_or(1),
             }),
+            cost,
+            after: after.is_active().then(|| Arc::new(after)),
         })
+    }
+
+    /// The cost charged when a request arrives.
+    pub fn cost(&self) -> u64 {
+        self.cost
+    }
+
+    /// What happens after the response (`settle`, `count`), when anything does.
+    pub fn after(&self) -> Option<&Arc<crate::settle::AfterResponse>> {
+        self.after.as_ref()
     }
 
     /// The path prefix, in normal form.
@@ -594,6 +660,15 @@ fn path_matches(prefix: &str, path: &str, case_insensitive: bool) -> bool {
     same && (rest.is_empty() || prefix.ends_with(b"/") || rest.starts_with(b"/"))
 }
 
+/// The lengths, longest first, of the prefixes of `path` that [`path_matches`] can accept:
+/// the whole path, and every cut just before or just after a `/`.
+fn candidate_prefixes(path: &str) -> impl Iterator<Item = usize> + '_ {
+    let bytes = path.as_bytes();
+    (0..=bytes.len()).rev().filter(move |&len| {
+        len == bytes.len() || bytes[len] == b'/' || (len > 0 && bytes[len - 1] == b'/')
+    })
+}
+
 /// The validated routes, ordered so that the first match is the most specific.
 ///
 /// ```
@@ -616,11 +691,21 @@ fn path_matches(prefix: &str, path: &str, case_insensitive: bool) -> bool {
 #[derive(Debug, Clone, Default)]
 pub struct RouteTable {
     routes: Vec<Route>,
+    /// Every route's path prefix, ASCII-lowercased, to the positions in `routes` of the routes
+    /// with that prefix (most specific first). A lookup probes only the prefixes of the request
+    /// path that end on a segment boundary, so matching costs the same for 5 or 5,000 routes.
+    by_prefix: HashMap<Box<str>, Vec<usize>, foldhash::fast::RandomState>,
+    /// `lengths[n]`: whether some route's prefix is `n` bytes long; other cuts are not probed.
+    lengths: Vec<bool>,
 }
+
+/// Up to this many routes a scan of the sorted table is cheaper than hashing the prefixes
+/// (callgrind: about 210 instructions for 5 routes, against 2,300 through the index).
+const SCAN_LIMIT: usize = 16;
 
 impl RouteTable {
     /// Validates `specs`, resolving policy names with `lookup`; the first error is returned.
-    /// Use [`RouteTable::validate`] to get all of them.
+    /// Use [`RouteSpec::check`] to get all of them, each with its field.
     pub fn new(
         specs: &[RouteSpec],
         lookup: impl Fn(&str) -> Option<Arc<Policy>>,
@@ -633,21 +718,6 @@ impl RouteTable {
         Ok(RouteTable::from_routes(routes))
     }
 
-    /// Every error in `specs` (empty when they are all valid), with the route's index.
-    pub fn validate(
-        specs: &[RouteSpec],
-        lookup: impl Fn(&str) -> Option<Arc<Policy>>,
-    ) -> Vec<(usize, RouteError)> {
-        specs
-            .iter()
-            .enumerate()
-            .flat_map(|(i, spec)| {
-                let errors = spec.check(|name| lookup(name).is_some());
-                errors.into_iter().map(move |e| (i, e.error))
-            })
-            .collect()
-    }
-
     /// A table of already validated routes.
     pub fn from_routes(mut routes: Vec<Route>) -> RouteTable {
         routes.sort_by_key(|r| {
@@ -658,7 +728,21 @@ impl RouteTable {
                 r.index,
             )
         });
-        RouteTable { routes }
+        let mut by_prefix: HashMap<Box<str>, Vec<usize>, _> = HashMap::default();
+        for (at, route) in routes.iter().enumerate() {
+            let prefix = route.path.to_ascii_lowercase().into_boxed_str();
+            by_prefix.entry(prefix).or_default().push(at);
+        }
+        let longest = routes.iter().map(|r| r.path.len()).max().unwrap_or(0);
+        let mut lengths = vec![false; longest + 1];
+        for route in &routes {
+            lengths[route.path.len()] = true;
+        }
+        RouteTable {
+            routes,
+            by_prefix,
+            lengths,
+        }
     }
 
     /// The most specific route matching the request, if any. `path` is put in normal form
@@ -666,8 +750,25 @@ impl RouteTable {
     /// it already is.
     pub fn find(&self, method: &Method, path: &str, headers: &HeaderMap) -> Option<&Route> {
         let path = crate::path::normalize_path(path);
-        self.routes
-            .iter()
+        if self.routes.len() <= SCAN_LIMIT {
+            return self
+                .routes
+                .iter()
+                .find(|route| route.matches(method, &path, headers));
+        }
+        // Prefixes are probed longest first, and each prefix's routes are in table order, so
+        // the first match is the one a scan of the sorted table would find. The lowercased
+        // copy is made only when the path has an upper-case letter.
+        let folded: Cow<'_, str> = if path.bytes().any(|b| b.is_ascii_uppercase()) {
+            Cow::Owned(path.to_ascii_lowercase())
+        } else {
+            Cow::Borrowed(&path)
+        };
+        candidate_prefixes(&folded)
+            .filter(|&len| self.lengths.get(len).copied().unwrap_or(false))
+            .filter_map(|len| self.by_prefix.get(&folded[..len]))
+            .flatten()
+            .map(|&at| &self.routes[at])
             .find(|route| route.matches(method, &path, headers))
     }
 
@@ -696,6 +797,51 @@ mod tests {
                     .unwrap(),
             )
         })
+    }
+
+    /// A path of up to four segments from a small alphabet (so prefixes collide often),
+    /// with upper case, empty segments and a trailing slash.
+    fn arb_path() -> impl proptest::strategy::Strategy<Value = String> {
+        use proptest::prelude::*;
+        let segment = prop::sample::select(vec!["a", "A", "api", "Api", "v1", "", "é"]);
+        (prop::collection::vec(segment, 0..4), any::<bool>()).prop_map(|(segments, slash)| {
+            let mut path = format!("/{}", segments.join("/"));
+            if slash && !path.ends_with('/') {
+                path.push('/');
+            }
+            path
+        })
+    }
+
+    proptest::proptest! {
+        /// The prefix index finds exactly the route a scan of the sorted table finds.
+        #[test]
+        fn the_index_finds_what_a_scan_finds(
+            routes in proptest::collection::vec(
+                (arb_path(), proptest::bool::ANY, proptest::bool::ANY), SCAN_LIMIT + 1..48),
+            paths in proptest::collection::vec(arb_path(), 1..8),
+        ) {
+            let specs: Vec<_> = routes
+                .iter()
+                .map(|(path, ci, post)| {
+                    let spec = RouteSpec::new(path.clone(), &["a"]).case_insensitive(*ci);
+                    if *post { spec.methods(&["POST"]) } else { spec }
+                })
+                .collect();
+            let table = RouteTable::new(&specs, lookup).unwrap();
+            for path in &paths {
+                for method in [Method::GET, Method::POST] {
+                    let normal = crate::path::normalize_path(path);
+                    let scan = table
+                        .routes()
+                        .iter()
+                        .find(|r| r.matches(&method, &normal, &HeaderMap::new()))
+                        .map(Route::index);
+                    let found = table.find(&method, path, &HeaderMap::new()).map(Route::index);
+                    proptest::prop_assert_eq!(found, scan, "{} {}", method, path);
+                }
+            }
+        }
     }
 
     #[test]
@@ -797,15 +943,18 @@ mod tests {
         let toml_like: Result<RouteSpec, _> =
             serde_json::from_str(r#"{"path": "/", "policies": ["a"], "extra": 1}"#);
         assert!(toml_like.is_err());
-        let all = RouteTable::validate(
-            &[
-                RouteSpec::new("/ok", &["a"]),
-                RouteSpec::new("/x", &["missing"]),
-                RouteSpec::new("nope", &["a"]),
-            ],
-            lookup,
-        );
-        assert_eq!(all.iter().map(|(i, _)| *i).collect::<Vec<_>>(), [1, 2]);
+        let specs = [
+            RouteSpec::new("/ok", &["a"]),
+            RouteSpec::new("/x", &["missing"]),
+            RouteSpec::new("nope", &["a"]),
+        ];
+        let wrong: Vec<usize> = specs
+            .iter()
+            .enumerate()
+            .filter(|(_, spec)| !spec.check(|name| lookup(name).is_some()).is_empty())
+            .map(|(i, _)| i)
+            .collect();
+        assert_eq!(wrong, [1, 2]);
         let bad_key: Result<RouteSpec, _> =
             serde_json::from_str(r#"{"path": "/", "policies": ["a"], "key": "cookie:"}"#);
         assert!(bad_key.is_err());

@@ -1,7 +1,7 @@
 //! Redis key names: `<prefix>:{<escaped client key>}:<policy>:<tag>`.
 //!
 //! - The braces are a Redis Cluster hash tag: only the escaped client key is hashed, so every
-//!   policy's state for one client lives in one slot and a multi-policy script may touch
+//!   policy's state for one client lives in one hash slot and a multi-policy script may touch
 //!   them all.
 //! - The client key is percent-escaped: `%`, `{`, `}`, `:`, space, control bytes and every
 //!   non-ASCII byte become `%XX`. The escaped text contains no brace, so a hostile key cannot
@@ -12,7 +12,9 @@
 //!   counted under and is carried over to the new ones by the script, keeping what the key
 //!   has used, like the in-memory store; a changed algorithm reads another key and starts
 //!   afresh.
-//! - A key's override under a policy lives in `<…>:<policy>:override`, beside its states.
+//! - A key's override under a policy lives in `<…>:<policy>:override`, beside its states;
+//!   a key also checked placed (the Envoy service's) has a copy beside its placed states,
+//!   in the placement's slot, which the script reads with them.
 
 use sluicegate_core::{AlgorithmKind, Policy};
 
@@ -68,7 +70,26 @@ pub(crate) fn zone_tag(policy: &Policy) -> u32 {
 /// assert_eq!(sluicegate_redis::override_key("sg", "c-42", &policy), "sg:{c-42}:api:override");
 /// ```
 pub fn override_key(prefix: &str, client_key: &str, policy: &Policy) -> String {
-    let state = state_key(prefix, client_key, policy);
+    placed_override_key(prefix, None, client_key, policy)
+}
+
+/// [`override_key`] beside a placed state ([`placed_state_key`]): the override the script
+/// reads for the placed checks (the Envoy service's), in the placement's slot.
+///
+/// ```
+/// # use std::time::Duration;
+/// # use sluicegate_core::{AlgorithmKind, Policy};
+/// let policy = Policy::builder("p", AlgorithmKind::FixedWindow, 10, Duration::from_secs(60)).build().unwrap();
+/// let key = sluicegate_redis::placed_override_key("sg", Some("api"), "api/ip=1", &policy);
+/// assert_eq!(key, "sg:{api}api/ip=1:p:override");
+/// ```
+pub fn placed_override_key(
+    prefix: &str,
+    placement: Option<&str>,
+    client_key: &str,
+    policy: &Policy,
+) -> String {
+    let state = placed_state_key(prefix, placement, client_key, policy);
     let cut = state.rfind(':').unwrap_or(state.len());
     format!("{}:override", &state[..cut])
 }
@@ -89,7 +110,7 @@ pub fn state_key(prefix: &str, client_key: &str, policy: &Policy) -> String {
 }
 
 /// [`state_key`] for a key placed with others ([`KeyedCheck::placement`]): the hash tag is
-/// the escaped placement, so every key of one placement lives in one slot:
+/// the escaped placement, so every key of one placement lives in one hash slot:
 /// `<prefix>:{<escaped placement>}<escaped client key>:<policy>:<tag>`. No escaped text
 /// holds `:` or a brace, so a placed key never equals an unplaced one (which has `}:`) nor
 /// another placed one.
@@ -131,7 +152,7 @@ pub fn placed_state_key(
 }
 
 /// The one-time marker of a settled reservation `id` of `client_key`: in the client key's
-/// hash slot, so the settle script touches one slot. `}!` never follows the tag in a state
+/// hash slot, so the settle script touches one hash slot. `}!` never follows the tag in a state
 /// key (which has `}:`), so a marker is never a state.
 pub(crate) fn settle_marker_key(prefix: &str, client_key: &str, id: &str) -> String {
     let mut key = String::with_capacity(prefix.len() + client_key.len() + id.len() + 16);

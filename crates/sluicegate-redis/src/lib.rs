@@ -51,7 +51,7 @@ mod store;
 pub use cache::LOCAL_CACHE_CAPACITY;
 pub use coalesce::MAX_IN_FLIGHT;
 pub use config::{RedisConfig, RedisStoreError};
-pub use keys::{override_key, placed_state_key, state_key};
+pub use keys::{override_key, placed_override_key, placed_state_key, state_key};
 pub use link::OUTAGE_REPLIES;
 pub use range::{EXACT_BOUND, check_policy};
 pub use store::{BATCH_CHUNK, METRIC_DURATION, METRIC_ERRORS, PROBE_INTERVAL, RedisStore};

@@ -18,7 +18,9 @@ use crate::cache::DenyCache;
 use crate::coalesce::{Job, QUEUE_DEPTH, dispatch};
 use crate::config::{RedisConfig, RedisStoreError};
 use crate::conn::Target;
-use crate::keys::{override_key, placed_state_key, settle_marker_key, state_key};
+use crate::keys::{
+    override_key, placed_override_key, placed_state_key, settle_marker_key, state_key,
+};
 use crate::link::{Link, unavailable};
 use crate::range::params;
 use crate::script::{
@@ -105,7 +107,7 @@ impl RedisStore {
     pub async fn connect(config: RedisConfig) -> Result<RedisStore, RedisStoreError> {
         config.validate()?;
         let target = Target::open(&config)?;
-        // On a cluster, concurrent requests mostly live in different slots and could not
+        // On a cluster, concurrent requests mostly live in different hash slots and could not
         // share a script call; they go straight out.
         let (queue, queued) = if target.is_cluster() {
             (None, None)
@@ -351,7 +353,7 @@ impl Inner {
     ) -> Result<Verdict, StoreError> {
         KeyedCheck::validate_all(items)?;
         let prepared = self.keyed_items(items)?;
-        // A script touches one slot only. Callers that check several keys at once on a
+        // A script touches one hash slot only. Callers that check several keys at once on a
         // cluster give them one placement (the Envoy service: its domain), so this refusal
         // is for a caller that did not: better no answer than a non-atomic one.
         if self.link.is_cluster() {
@@ -464,7 +466,7 @@ impl Inner {
     }
 
     /// One script call (`settle.lua`): the marker `SET NX` and every policy's settle, in
-    /// the client key's slot.
+    /// the client key's hash slot.
     async fn settle(&self, s: Settlement<'_>, now: Option<Micros>) -> Result<Settled, StoreError> {
         CheckRequest::new(s.policies, s.key, 0).validate()?;
         if s.remaining.len() != s.policies.len() {
@@ -570,6 +572,7 @@ impl Inner {
         &self,
         policy: &Policy,
         key: &str,
+        placement: Option<&str>,
         value: Option<Override>,
     ) -> Result<(), StoreError> {
         check_key(key)?;
@@ -580,9 +583,27 @@ impl Inner {
                 .map_err(|e| StoreError::Unsupported(e.to_string()))?;
             params(&numbers).map_err(|e| StoreError::Unsupported(e.to_string()))?;
         }
-        let target = override_key(&self.prefix, key, policy);
+        // The placed copy first: the unplaced one is what `get_override` reads back, so a
+        // failure in between leaves an override the caller is told was not set.
+        if let Some(placement) = placement {
+            self.write_override(policy, key, Some(placement), value)
+                .await?;
+        }
+        self.write_override(policy, key, None, value).await
+    }
+
+    /// Writes (or deletes) the override beside `key`'s states under `placement`: the key
+    /// the decision script reads with those states.
+    async fn write_override(
+        &self,
+        policy: &Policy,
+        key: &str,
+        placement: Option<&str>,
+        value: Option<Override>,
+    ) -> Result<(), StoreError> {
+        let target = placed_override_key(&self.prefix, placement, key, policy);
         if let Some(cache) = &self.cache {
-            cache.forget(&state_key(&self.prefix, key, policy));
+            cache.forget(&placed_state_key(&self.prefix, placement, key, policy));
         }
         self.link
             .run(move |mut conn| async move {
@@ -698,7 +719,19 @@ impl Store for RedisStore {
         key: &'a str,
         value: Option<Override>,
     ) -> BoxFuture<'a, Result<(), StoreError>> {
-        Box::pin(self.inner.set_override(policy, key, value))
+        Box::pin(self.inner.set_override(policy, key, None, value))
+    }
+
+    /// Also writes the override beside the key's placed states, which the decision script
+    /// reads with them (an unplaced override is in another Cluster slot).
+    fn set_override_placed<'a>(
+        &'a self,
+        policy: &'a Arc<Policy>,
+        key: &'a str,
+        placement: &'a str,
+        value: Option<Override>,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(self.inner.set_override(policy, key, Some(placement), value))
     }
 
     fn get_override<'a>(

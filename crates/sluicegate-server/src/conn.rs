@@ -56,7 +56,7 @@ pub async fn serve(
     limits: ConnectionLimits,
     permits: Arc<Semaphore>,
     stop: watch::Receiver<bool>,
-) -> Result<(), String> {
+) -> Result<(), crate::error::ServerError> {
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
     let stopped = crate::serve::stopped(stop);
     tokio::pin!(stopped);

@@ -7,6 +7,7 @@ use std::net::SocketAddr;
 
 use sluicegate_envoy::RateLimitService;
 
+use crate::error::ServerError;
 use crate::state::AppState;
 
 /// Runs the Envoy gRPC service until `shutdown` resolves.
@@ -14,7 +15,7 @@ pub async fn run(
     addr: SocketAddr,
     state: AppState,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
-) -> Result<(), String> {
+) -> Result<(), ServerError> {
     for (domain, rules) in state.envoy.get().summary() {
         println!("  envoy domain {domain}: {rules} rule(s)");
     }
@@ -23,7 +24,11 @@ pub async fn run(
         .with_decider(state.decider.clone());
     let listener = tokio::net::TcpListener::bind(addr)
         .await
-        .map_err(|e| format!("cannot listen on {addr} (envoy): {e}"))?;
+        .map_err(|source| ServerError::Listen {
+            addr,
+            what: "envoy",
+            source,
+        })?;
     // The API's and gateway's connection limits hold here too (tonic has none of its own).
     let connections = state.runtime().config.server.connections;
     let limits = sluicegate_envoy::ListenerLimits {
@@ -33,5 +38,5 @@ pub async fn run(
     };
     sluicegate_envoy::serve_with_limits(listener, service, limits, shutdown)
         .await
-        .map_err(|e| format!("envoy service: {e}"))
+        .map_err(|e| ServerError::EnvoyService(e.to_string()))
 }

@@ -9,6 +9,7 @@
 //! no response head within `gateway.upstream_timeout` 504, both with a JSON error that
 //! names no upstream address (the log does).
 
+use crate::error::ServerError;
 use std::net::SocketAddr;
 use std::time::Duration;
 
@@ -27,7 +28,7 @@ use std::sync::Arc;
 
 use tokio::sync::Semaphore;
 
-use sluicegate_middleware::LeaseBody;
+use sluicegate_middleware::{LeaseBody, LeaseGuard, PoolPermit, RateLimitDecision};
 
 use crate::api::ApiError;
 use crate::config::ConnectionLimits;
@@ -51,17 +52,18 @@ pub struct Listeners {
 
 impl Listeners {
     /// Binds one socket per available core to `addr` (port 0: one free port for all).
-    pub fn bind(addr: SocketAddr) -> Result<Listeners, String> {
+    pub fn bind(addr: SocketAddr) -> Result<Listeners, ServerError> {
         let workers = std::thread::available_parallelism().map_or(1, |n| n.get());
         // SO_REUSEPORT would let a second instance share the port silently; an ordinary
         // bind first fails as usual when the address is taken, and fixes a port-0 choice.
         let addr = std::net::TcpListener::bind(addr)
             .and_then(|probe| probe.local_addr())
-            .map_err(|e| format!("cannot listen on {addr} (gateway): {e}"))?;
+            .map_err(|source| listen_error(addr, source))?;
         let first = reuse_socket(addr)?;
-        let addr = first
-            .local_addr()
-            .map_err(|e| format!("gateway socket: {e}"))?;
+        let addr = first.local_addr().map_err(|source| ServerError::Setup {
+            what: "gateway socket",
+            source,
+        })?;
         let mut sockets = vec![first];
         for _ in 1..workers {
             sockets.push(reuse_socket(addr)?);
@@ -75,22 +77,36 @@ impl Listeners {
     }
 }
 
-fn reuse_socket(addr: SocketAddr) -> Result<TcpSocket, String> {
+fn listen_error(addr: SocketAddr, source: std::io::Error) -> ServerError {
+    ServerError::Listen {
+        addr,
+        what: "gateway",
+        source,
+    }
+}
+
+fn reuse_socket(addr: SocketAddr) -> Result<TcpSocket, ServerError> {
     let socket = if addr.is_ipv4() {
         TcpSocket::new_v4()
     } else {
         TcpSocket::new_v6()
     }
-    .map_err(|e| format!("gateway socket: {e}"))?;
+    .map_err(|source| ServerError::Setup {
+        what: "gateway socket",
+        source,
+    })?;
     let _ = socket.set_reuseaddr(true);
     #[cfg(unix)]
     socket
         .set_reuseport(true)
-        .map_err(|e| format!("gateway socket: SO_REUSEPORT: {e}"))?;
+        .map_err(|source| ServerError::Setup {
+            what: "gateway socket: SO_REUSEPORT",
+            source,
+        })?;
     let _ = socket.set_nodelay(true);
     socket
         .bind(addr)
-        .map_err(|e| format!("cannot listen on {addr} (gateway): {e}"))?;
+        .map_err(|source| listen_error(addr, source))?;
     Ok(socket)
 }
 
@@ -106,7 +122,8 @@ pub async fn start(
     listeners: Listeners,
     state: AppState,
     stop: tokio::sync::watch::Receiver<bool>,
-) -> Result<impl std::future::Future<Output = Result<(), String>> + Send + 'static, String> {
+) -> Result<impl std::future::Future<Output = Result<(), ServerError>> + Send + 'static, ServerError>
+{
     let mut ready = Vec::new();
     let mut done = Vec::new();
     // One connection budget for the listener, whichever worker accepts.
@@ -114,8 +131,8 @@ pub async fn start(
     let permits = crate::conn::permits(&limits);
     for (i, socket) in listeners.sockets.into_iter().enumerate() {
         let permits = std::sync::Arc::clone(&permits);
-        let (ready_tx, ready_rx) = tokio::sync::oneshot::channel::<Result<(), String>>();
-        let (done_tx, done_rx) = tokio::sync::oneshot::channel::<Result<(), String>>();
+        let (ready_tx, ready_rx) = tokio::sync::oneshot::channel::<Result<(), ServerError>>();
+        let (done_tx, done_rx) = tokio::sync::oneshot::channel::<Result<(), ServerError>>();
         let state = state.clone();
         let stop = stop.clone();
         std::thread::Builder::new()
@@ -124,24 +141,30 @@ pub async fn start(
                 let result = tokio::runtime::Builder::new_current_thread()
                     .enable_all()
                     .build()
-                    .map_err(|e| format!("gateway runtime: {e}"))
+                    .map_err(|source| ServerError::Setup {
+                        what: "gateway runtime",
+                        source,
+                    })
                     .and_then(|rt| {
                         rt.block_on(worker(socket, state, (limits, permits), stop, ready_tx))
                     });
                 let _ = done_tx.send(result);
             })
-            .map_err(|e| format!("gateway thread: {e}"))?;
+            .map_err(|source| ServerError::Setup {
+                what: "gateway thread",
+                source,
+            })?;
         ready.push(ready_rx);
         done.push(done_rx);
     }
     for rx in ready {
         rx.await
-            .map_err(|_| "a gateway worker failed to start".to_owned())??;
+            .map_err(|_| ServerError::Worker("a gateway worker failed to start"))??;
     }
     Ok(async move {
         for rx in done {
             rx.await
-                .map_err(|_| "a gateway worker panicked".to_owned())??;
+                .map_err(|_| ServerError::Worker("a gateway worker panicked"))??;
         }
         Ok(())
     })
@@ -152,12 +175,15 @@ async fn worker(
     state: AppState,
     (limits, permits): (ConnectionLimits, Arc<Semaphore>),
     stop: tokio::sync::watch::Receiver<bool>,
-    ready: tokio::sync::oneshot::Sender<Result<(), String>>,
-) -> Result<(), String> {
+    ready: tokio::sync::oneshot::Sender<Result<(), ServerError>>,
+) -> Result<(), ServerError> {
     let listener = match socket.listen(1024) {
         Ok(listener) => listener,
         Err(e) => {
-            let _ = ready.send(Err(format!("gateway listen: {e}")));
+            let _ = ready.send(Err(ServerError::Setup {
+                what: "gateway listen",
+                source: e,
+            }));
             return Ok(());
         }
     };
@@ -197,54 +223,88 @@ async fn proxy(
             peer.ip(),
         )
         .await;
-    // Concurrency leases are held until the response body ends or is dropped (the client
-    // went away), or freed here if the upstream fails.
-    let mut guard = None;
-    let mut permit = None;
-    if let Some(decision) = &decision {
-        if !decision.is_allowed() {
-            return decision.rejection().map(Body::new);
-        }
-        guard = decision.lease_guard();
-        decision.wait().await;
-        // The route's pool slot, held until the response body has been sent.
-        permit = match decision.enter_pool().await {
-            Ok(permit) => permit,
-            Err(rejected) => return rejected.response().map(Body::new),
-        };
-    }
-    let (mut parts, body) = request.into_parts();
-    parts.uri = match upstream_uri(&upstream, &parts.uri) {
-        Ok(uri) => uri,
+    let (guard, permit) = match admit(decision.as_ref()).await {
+        Ok(held) => held,
+        Err(refused) => return refused,
+    };
+    let upstream_request = match to_upstream(request, &upstream, peer) {
+        Ok(request) => request,
         Err(e) => return e.into_response(),
     };
-    let host = parts.headers.get(header::HOST).cloned();
-    strip_hop_by_hop(&mut parts.headers);
-    forwarded_headers(&mut parts.headers, peer, host);
-    // The client speaks HTTP/1.1 or 2 to us; the upstream connection is HTTP/1.1.
-    parts.version = axum::http::Version::HTTP_11;
-    let upstream_request = axum::http::Request::from_parts(parts, body);
     let sent = tokio::time::timeout(upstream_timeout, gateway.client.request(upstream_request));
     let response = match sent.await {
         Ok(Ok(response)) => response,
         Ok(Err(e)) => {
             tracing::warn!(upstream = %upstream, error = %e, "upstream request failed");
-            return bad_gateway();
+            let mut response = bad_gateway();
+            after_response(decision.as_ref(), &mut response);
+            return response;
         }
         Err(_) => {
             tracing::warn!(upstream = %upstream, timeout = ?upstream_timeout, "upstream sent no response head in time");
-            return gateway_timeout(permit);
+            let mut response = gateway_timeout(permit);
+            after_response(decision.as_ref(), &mut response);
+            return response;
         }
     };
     let (mut parts, body) = response.into_parts();
     strip_hop_by_hop(&mut parts.headers);
+    let mut tap = None;
     if let Some(decision) = &decision {
         decision.write_headers(&mut parts.headers);
+        // The route's `settle` and `count`: from the head now, or from the body as it passes.
+        tap = decision
+            .after_response()
+            .and_then(|(settler, after)| settler.on_head(&after, parts.status, &mut parts.headers));
     }
     Response::from_parts(
         parts,
-        Body::new(LeaseBody::new(PermitBody::new(body, permit), guard)),
+        Body::new(LeaseBody::new(PermitBody::new(body, permit), guard).with_tap(tap)),
     )
+}
+
+/// What an admitted request holds until its response body ends or is dropped (the client
+/// went away): its concurrency lease (freed at once if the upstream fails) and its pool slot,
+/// after any delay its decision asks for; or the refusal to answer with.
+async fn admit(
+    decision: Option<&RateLimitDecision>,
+) -> Result<(Option<LeaseGuard>, Option<PoolPermit>), Response> {
+    let Some(decision) = decision else {
+        return Ok((None, None));
+    };
+    if !decision.is_allowed() {
+        return Err(decision.rejection().map(Body::new));
+    }
+    let guard = decision.lease_guard();
+    decision.wait().await;
+    match decision.enter_pool().await {
+        Ok(permit) => Ok((guard, permit)),
+        Err(rejected) => Err(rejected.response().map(Body::new)),
+    }
+}
+
+/// The client's request as the upstream gets it: its URI under `upstream`, hop-by-hop
+/// headers removed, `X-Forwarded-*` added, HTTP/1.1 (the client may speak 1.1 or 2 to us).
+fn to_upstream(
+    request: Request,
+    upstream: &http::Uri,
+    peer: SocketAddr,
+) -> Result<Request, ApiError> {
+    let (mut parts, body) = request.into_parts();
+    parts.uri = upstream_uri(upstream, &parts.uri)?;
+    let host = parts.headers.get(header::HOST).cloned();
+    strip_hop_by_hop(&mut parts.headers);
+    forwarded_headers(&mut parts.headers, peer, host);
+    parts.version = axum::http::Version::HTTP_11;
+    Ok(axum::http::Request::from_parts(parts, body))
+}
+
+/// The route's `count` (and `settle`) for an answer the gateway made itself (502, 504).
+fn after_response(decision: Option<&RateLimitDecision>, response: &mut Response) {
+    if let Some((settler, after)) = decision.and_then(RateLimitDecision::after_response) {
+        let status = response.status();
+        drop(settler.on_head(&after, status, response.headers_mut()));
+    }
 }
 
 /// The upstream's scheme and authority, its base path, then the request's path and query.

@@ -12,7 +12,8 @@
 //! - [`app`]: the axum router of the decision API; [`api`]: its handlers;
 //! - [`forward_auth`], [`gateway`]: the two ways in for an existing proxy or none;
 //! - [`serve`]: listeners, signals, graceful shutdown; [`reload`]: the config watcher;
-//! - [`metrics`]: Prometheus; [`envoy`]: the Envoy rate limit service hook.
+//! - [`metrics`]: Prometheus; [`envoy`]: the Envoy rate limit service hook;
+//! - [`snapshot`]: the memory store's state on disk (`store.snapshot`).
 
 #![deny(missing_docs)]
 
@@ -23,11 +24,13 @@ pub mod config;
 pub mod conn;
 pub mod dashboard;
 pub mod envoy;
+pub mod error;
 pub mod forward_auth;
 pub mod gateway;
 pub mod metrics;
 pub mod reload;
 pub mod serve;
 pub mod simulate;
+pub mod snapshot;
 pub mod state;
 pub mod store;

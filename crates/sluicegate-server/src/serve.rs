@@ -11,6 +11,7 @@ use tokio::sync::watch;
 
 use crate::cli::ServeArgs;
 use crate::config::{Config, Overrides};
+use crate::error::ServerError;
 use crate::state::AppState;
 
 /// How long in-flight requests get to finish after a shutdown signal.
@@ -41,12 +42,14 @@ pub async fn run(args: ServeArgs) -> ExitCode {
 pub fn load(
     path: Option<&std::path::Path>,
     overrides: &Overrides,
-) -> Result<(Config, Option<u64>), String> {
+) -> Result<(Config, Option<u64>), ServerError> {
     let (mut config, hash) = match path {
         Some(path) => {
-            let text = std::fs::read_to_string(path)
-                .map_err(|e| format!("{}: error: cannot read it: {e}", path.display()))?;
-            let config = crate::config::load(&text, path).map_err(|d| d.to_string())?;
+            let text = std::fs::read_to_string(path).map_err(|source| ServerError::Read {
+                path: path.to_owned(),
+                source,
+            })?;
+            let config = crate::config::load(&text, path)?;
             (config, Some(crate::reload::hash(&text)))
         }
         None => (Config::embedded(), None),
@@ -60,7 +63,7 @@ async fn serve(
     loaded_hash: Option<u64>,
     args: ServeArgs,
     overrides: Overrides,
-) -> Result<(), String> {
+) -> Result<(), ServerError> {
     crate::metrics::install();
     crate::metrics::spawn_upkeep();
     let (state, dashboard) = open_state(&config).await?;
@@ -78,17 +81,10 @@ async fn serve(
     println!("sluicegate {} listening:", env!("CARGO_PKG_VERSION"));
     println!("  api http://{api_addr}");
     println!("  dashboard http://{api_addr}/dashboard");
-    let pools_of = state.clone();
-    let app = crate::app::router(state.clone()).merge(sluicegate_dashboard::router(
-        sluicegate_dashboard::Dashboard::new(dashboard)
-            .with_probe(Arc::clone(&state.store))
-            .with_pools(move || crate::dashboard::pool_rows(&pools_of)),
-    ));
-    let app = crate::app::guard(app, state.clone());
     let limits = config.server.connections;
     tasks.spawn(crate::conn::serve(
         api,
-        app,
+        api_app(&state, dashboard),
         limits,
         crate::conn::permits(&limits),
         stop_rx.clone(),
@@ -117,18 +113,47 @@ async fn serve(
     if let Some(path) = &args.config {
         println!("watching {} for changes", path.display());
     }
+    let snapshot = state.memory().zip(config.store.snapshot.clone());
+    if let Some((memory, path)) = &snapshot {
+        crate::snapshot::spawn(
+            Arc::clone(memory),
+            path.clone(),
+            config.store.snapshot_interval,
+            stop_rx.clone(),
+        );
+    }
     println!("ready");
     use std::io::Write;
     let _ = std::io::stdout().flush();
 
-    wait_then_drain(signal, tasks, stop_tx).await
+    let served = wait_then_drain(signal, tasks, stop_tx).await;
+    // After the drain, so the requests that were in flight are counted too.
+    if let Some((memory, path)) = snapshot {
+        crate::snapshot::write_logged(memory, path, true).await;
+    }
+    served
+}
+
+/// The API listener's app: the decision API and the dashboard (which probes the same store
+/// and lists the pools), behind the API's guard.
+fn api_app(
+    state: &AppState,
+    dashboard: Arc<sluicegate_dashboard::DashboardObserver>,
+) -> axum::Router {
+    let pools_of = state.clone();
+    let app = crate::app::router(state.clone()).merge(sluicegate_dashboard::router(
+        sluicegate_dashboard::Dashboard::new(dashboard)
+            .with_probe(Arc::clone(&state.store))
+            .with_pools(move || crate::dashboard::pool_rows(&pools_of)),
+    ));
+    crate::app::guard(app, state.clone())
 }
 
 /// The store, the observers (metrics and the dashboard, which sees every verdict next to
 /// the metrics and probes the same store) and the state every listener shares.
 async fn open_state(
     config: &Config,
-) -> Result<(AppState, Arc<sluicegate_dashboard::DashboardObserver>), String> {
+) -> Result<(AppState, Arc<sluicegate_dashboard::DashboardObserver>), ServerError> {
     let opened = crate::store::open(&config.store).await?;
     let dashboard = Arc::new(sluicegate_dashboard::DashboardObserver::default());
     let observer: Arc<dyn sluicegate_core::VerdictObserver> = Arc::new(vec![
@@ -145,9 +170,9 @@ async fn open_state(
 /// tells every listener to stop and gives in-flight requests [`DRAIN_TIMEOUT`] to finish.
 async fn wait_then_drain(
     signal: impl std::future::Future<Output = ()>,
-    mut tasks: tokio::task::JoinSet<Result<(), String>>,
+    mut tasks: tokio::task::JoinSet<Result<(), ServerError>>,
     stop_tx: watch::Sender<bool>,
-) -> Result<(), String> {
+) -> Result<(), ServerError> {
     let mut failure = None;
     tokio::select! {
         () = signal => {
@@ -156,9 +181,9 @@ async fn wait_then_drain(
         Some(done) = tasks.join_next() => {
             // A listener ended on its own: that is a failure, stop the rest.
             failure = Some(match done {
-                Ok(Ok(())) => "a listener stopped unexpectedly".to_owned(),
+                Ok(Ok(())) => ServerError::ListenerStopped,
                 Ok(Err(e)) => e,
-                Err(e) => format!("a listener panicked: {e}"),
+                Err(e) => ServerError::ListenerPanicked(e.to_string()),
             });
         }
     }
@@ -182,10 +207,10 @@ async fn wait_then_drain(
     }
 }
 
-async fn bind(addr: SocketAddr, what: &str) -> Result<TcpListener, String> {
+async fn bind(addr: SocketAddr, what: &'static str) -> Result<TcpListener, ServerError> {
     TcpListener::bind(addr)
         .await
-        .map_err(|e| format!("cannot listen on {addr} ({what}): {e}"))
+        .map_err(|source| ServerError::Listen { addr, what, source })
 }
 
 fn local(listener: &TcpListener) -> String {

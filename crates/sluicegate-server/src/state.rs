@@ -2,6 +2,7 @@
 //! [`Runtime`] snapshot that a reload swaps atomically (requests in flight keep the snapshot
 //! they started with).
 
+use crate::error::ServerError;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -35,14 +36,13 @@ impl Runtime {
         decider: Decider,
         wait_queue: &Arc<WaitQueue>,
         registry: &PoolRegistry,
-    ) -> Result<Self, String> {
+    ) -> Result<Self, ServerError> {
         let by_name: HashMap<String, Arc<Policy>> = config
             .policies
             .iter()
             .map(|p| (p.name().to_owned(), Arc::clone(p)))
             .collect();
-        let routes = RouteTable::new(&config.routes, |name| by_name.get(name).cloned())
-            .map_err(|e| e.to_string())?;
+        let routes = RouteTable::new(&config.routes, |name| by_name.get(name).cloned())?;
         let identity = ClientIdentity::new(
             config.server.trusted_proxies.clone(),
             config.server.ipv6_prefix,
@@ -55,8 +55,7 @@ impl Runtime {
         let limiter = RateLimiter::new(decider, routes, identity, header_sets.clone())
             .with_access(access)
             .with_wait_queue(Arc::clone(wait_queue))
-            .with_pools(&pools)
-            .map_err(|e| e.to_string())?;
+            .with_pools(&pools)?;
         Ok(Runtime {
             config,
             header_sets,
@@ -100,8 +99,8 @@ impl PoolRegistry {
 }
 
 /// Logs every error of an `[envoy]` recompilation that did not apply.
-pub fn log_envoy_errors(errors: &str) {
-    for line in errors.lines() {
+pub fn log_envoy_errors(errors: &sluicegate_envoy::ConfigErrors) {
+    for line in errors.to_string().lines() {
         tracing::error!("{line}");
     }
     tracing::error!("[envoy] rules not reloaded; the running rules stay");
@@ -140,7 +139,7 @@ impl AppState {
         store: Arc<dyn Store>,
         memory: Option<Arc<MemoryStore>>,
         observer: Arc<dyn VerdictObserver>,
-    ) -> Result<Self, String> {
+    ) -> Result<Self, ServerError> {
         let decider = Decider::new(Arc::clone(&store)).with_observer(Arc::clone(&observer));
         let wait_queue = WaitQueue::new(config.server.max_waiting);
         let pools = PoolRegistry::default();
@@ -158,9 +157,7 @@ impl AppState {
             random_signer: Arc::new(crate::api::token::Signer::random()),
             config_overrides: Arc::default(),
         };
-        state
-            .reload_envoy()
-            .map_err(|errors| format!("[envoy]: {errors}"))?;
+        state.reload_envoy()?;
         Ok(state)
     }
 
@@ -182,7 +179,7 @@ impl AppState {
     /// are, ones whose limit, burst, period or calendar changed with what each key has used
     /// carried over; removed ones, and ones whose algorithm changed, are dropped. The
     /// config's `[[overrides]]` are written to the store in the background.
-    pub fn apply(&self, config: Config) -> Result<(), String> {
+    pub fn apply(&self, config: Config) -> Result<(), ServerError> {
         let runtime = Runtime::new(config, self.decider.clone(), &self.wait_queue, &self.pools)?;
         // Before the new policies decide anything, so their first request already finds
         // the carried-over state rather than starting a table of its own.
@@ -200,6 +197,28 @@ impl AppState {
             handle.spawn(async move { state.sync_overrides().await });
         }
         Ok(())
+    }
+
+    /// Sets or removes `key`'s override under `policy` in the store, for every check of the
+    /// key: a key of the Envoy service's shape (`<domain>/<entries>`) is also checked
+    /// placed under its domain, so its override is written there too (on Redis, beside the
+    /// placed states the decision script reads, in the domain's Cluster slot). Decided from
+    /// the key alone, not the running `[envoy]` rules, so an override set before its
+    /// domain's rules is honoured once they exist.
+    pub async fn set_override(
+        &self,
+        policy: &Arc<Policy>,
+        key: &str,
+        value: Option<sluicegate_core::Override>,
+    ) -> Result<(), sluicegate_core::StoreError> {
+        match sluicegate_envoy::key::domain_of(key) {
+            Some(domain) => {
+                self.store
+                    .set_override_placed(policy, key, &domain, value)
+                    .await
+            }
+            None => self.store.set_override(policy, key, value).await,
+        }
     }
 
     /// Writes the running config's `[[overrides]]` to the store, and removes those an
@@ -236,7 +255,7 @@ impl AppState {
             let Some(policy) = runtime.policy(name) else {
                 continue;
             };
-            if let Err(e) = self.store.set_override(policy, key, value).await {
+            if let Err(e) = self.set_override(policy, key, value).await {
                 tracing::error!(policy = name, error = %e, "[[overrides]]: could not write an override to the store");
             }
         }
@@ -246,7 +265,7 @@ impl AppState {
     /// section, the policies, the YAML files' contents) changed, and swaps them in. Returns
     /// whether they changed; on errors the running rules stay. Called at start, after a
     /// TOML reload, and by the reload watcher when a YAML file changes.
-    pub fn reload_envoy(&self) -> Result<bool, String> {
+    pub fn reload_envoy(&self) -> Result<bool, sluicegate_envoy::ConfigErrors> {
         let runtime = self.runtime();
         let section = runtime.config.envoy.clone().unwrap_or_default();
         let policies = &runtime.config.policies;
@@ -258,8 +277,7 @@ impl AppState {
         }
         // Remembered before compiling, so an invalid edit is reported once, not every poll.
         *last = Some(print);
-        let compiled = sluicegate_envoy::EnvoyConfig::load(&section, policies, base)
-            .map_err(|errors| errors.to_string())?;
+        let compiled = sluicegate_envoy::EnvoyConfig::load(&section, policies, base)?;
         // As for a TOML reload: the rules' policies keep (or carry over) their state.
         let mut keep = policies.clone();
         keep.extend(compiled.policies().iter().cloned());
@@ -276,6 +294,11 @@ impl AppState {
         let mut keep = self.runtime().config.policies.clone();
         keep.extend(self.envoy.policies());
         self.retain(&keep);
+    }
+
+    /// The in-memory store, when that is the store.
+    pub fn memory(&self) -> Option<Arc<MemoryStore>> {
+        self.memory.clone()
     }
 
     fn retain(&self, keep: &[Arc<Policy>]) {

@@ -1,5 +1,6 @@
 //! Opening the store the configuration names.
 
+use crate::error::ServerError;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -21,11 +22,15 @@ pub struct OpenedStore {
 
 /// Opens the configured store. A Redis that is merely down is not an error: decisions
 /// follow `on_store_error` until it answers.
-pub async fn open(config: &StoreConfig) -> Result<OpenedStore, String> {
+pub async fn open(config: &StoreConfig) -> Result<OpenedStore, ServerError> {
     match config.backend {
         Backend::Memory => {
-            let memory =
-                Arc::new(MemoryStore::new(config.max_keys).with_max_memory(config.max_memory));
+            let fresh = || MemoryStore::new(config.max_keys).with_max_memory(config.max_memory);
+            let memory = match &config.snapshot {
+                Some(path) => crate::snapshot::restore(fresh(), path, fresh),
+                None => fresh(),
+            };
+            let memory = Arc::new(memory);
             Ok(OpenedStore {
                 store: Arc::new(Timed::new(Arc::clone(&memory))),
                 memory: Some(memory),
@@ -36,15 +41,13 @@ pub async fn open(config: &StoreConfig) -> Result<OpenedStore, String> {
                 (_, false) => RedisConfig::cluster(config.cluster.clone()),
                 (Some(url), true) => RedisConfig::standalone(url.clone()),
                 (None, true) => {
-                    return Err("[store] backend = \"redis\" needs url or cluster".into());
+                    return Err(ServerError::RedisWithoutUrl);
                 }
             };
             redis.key_prefix = config.key_prefix.clone();
             redis.timeout = config.timeout;
             // The Redis store times its own calls (with the same metric names).
-            let store = RedisStore::connect(redis)
-                .await
-                .map_err(|e| format!("Redis store: {e}"))?;
+            let store = RedisStore::connect(redis).await?;
             Ok(OpenedStore {
                 store: Arc::new(store),
                 memory: None,
@@ -154,6 +157,16 @@ impl<S: Store> Store for Timed<S> {
         value: Option<sluicegate_core::Override>,
     ) -> BoxFuture<'a, Result<(), StoreError>> {
         self.inner.set_override(policy, key, value)
+    }
+    fn set_override_placed<'a>(
+        &'a self,
+        policy: &'a Arc<Policy>,
+        key: &'a str,
+        placement: &'a str,
+        value: Option<sluicegate_core::Override>,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        self.inner
+            .set_override_placed(policy, key, placement, value)
     }
     fn get_override<'a>(
         &'a self,

@@ -555,3 +555,137 @@ async fn reload_keeps_usage_on_redis() {
     };
     reload_keeps_usage(Some(redis.port)).await;
 }
+
+fn snapshot_config(file: &std::path::Path, interval: &str) -> String {
+    format!(
+        r#"
+[server]
+admin_token = "s3cret"
+
+[store]
+backend = "memory"
+snapshot = "{}"
+snapshot_interval = "{interval}"
+
+[[policies]]
+name = "api"
+algorithm = "fixed_window"
+limit = 100
+period = "1d"
+"#,
+        file.display()
+    )
+}
+
+/// Item 7: SIGTERM writes the snapshot, a restart reads it back: the count and the key's
+/// override are still there.
+#[tokio::test]
+async fn a_snapshot_survives_sigterm_and_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("state.bin");
+    let path = write(dir.path(), "s.toml", &snapshot_config(&file, "1h"));
+    let args = ["--config", path.to_str().unwrap()];
+    let client = reqwest::Client::new();
+    let server = Sluicegate::start(sluicegate_bin!(), &args);
+    assert_eq!(
+        check_key(&client, &server, "customer-1", 90).await.0["remaining"],
+        10
+    );
+    assert_eq!(
+        put_override(&client, &server, "vip", r#"{"limit": 500}"#).await,
+        200
+    );
+    check_key(&client, &server, "vip", 7).await;
+    assert!(server.terminate().success());
+    assert!(file.exists(), "SIGTERM wrote no snapshot");
+
+    let again = Sluicegate::start(sluicegate_bin!(), &args);
+    let (kept, _) = check_key(&client, &again, "customer-1", 0).await;
+    assert_eq!(
+        kept["remaining"], 10,
+        "a restart refilled the quota: {kept}"
+    );
+    let (vip, _) = check_key(&client, &again, "vip", 0).await;
+    assert_eq!(
+        (vip["limit"].clone(), vip["remaining"].clone()),
+        (500.into(), 493.into()),
+        "{vip}"
+    );
+    eventually("the restore is logged", || async {
+        again.log().contains("snapshot restored")
+    })
+    .await;
+}
+
+/// Item 7: `kill -9` loses at most what was decided since the last periodic snapshot.
+#[tokio::test]
+async fn kill_9_loses_at_most_one_interval() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("state.bin");
+    let path = write(dir.path(), "s.toml", &snapshot_config(&file, "200ms"));
+    let args = ["--config", path.to_str().unwrap()];
+    let client = reqwest::Client::new();
+    let server = Sluicegate::start(sluicegate_bin!(), &args);
+    check_key(&client, &server, "customer-1", 30).await;
+    let used_at = std::time::SystemTime::now();
+    // A snapshot written after the 30 were used.
+    eventually("a periodic snapshot after the requests", || async {
+        std::fs::metadata(&file)
+            .and_then(|m| m.modified())
+            .is_ok_and(|t| t > used_at + std::time::Duration::from_millis(10))
+    })
+    .await;
+    check_key(&client, &server, "customer-1", 20).await;
+    server.signal("KILL");
+    drop(server);
+
+    let again = Sluicegate::start(sluicegate_bin!(), &args);
+    let (kept, _) = check_key(&client, &again, "customer-1", 0).await;
+    let remaining = kept["remaining"].as_u64().unwrap();
+    assert!(
+        remaining == 70 || remaining == 50,
+        "at most the last interval's 20 may be lost: {kept}"
+    );
+}
+
+/// Item 7: a foreign, truncated or corrupt snapshot is reported and the server starts empty.
+#[tokio::test]
+async fn a_bad_snapshot_is_reported_and_the_server_starts_empty() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("state.bin");
+    let path = write(dir.path(), "s.toml", &snapshot_config(&file, "1h"));
+    let args = ["--config", path.to_str().unwrap()];
+    let client = reqwest::Client::new();
+    let server = Sluicegate::start(sluicegate_bin!(), &args);
+    check_key(&client, &server, "customer-1", 60).await;
+    assert!(server.terminate().success());
+    let good = std::fs::read(&file).unwrap();
+
+    let cases: [(&str, Vec<u8>); 3] = [
+        ("foreign", br#"{"not": "a snapshot"}"#.to_vec()),
+        ("truncated", good[..good.len() / 2].to_vec()),
+        ("corrupt", {
+            let mut bad = good.clone();
+            let at = bad.len() - 20;
+            bad[at] ^= 0xff;
+            bad
+        }),
+    ];
+    for (what, bytes) in cases {
+        std::fs::write(&file, &bytes).unwrap();
+        let server = Sluicegate::start(sluicegate_bin!(), &args);
+        eventually("the bad snapshot is reported", || async {
+            server.log().contains("snapshot not restored")
+        })
+        .await;
+        let (fresh, _) = check_key(&client, &server, "customer-1", 0).await;
+        assert_eq!(fresh["remaining"], 100, "{what}: {fresh}");
+        let log = server.log();
+        let expected = if what == "foreign" {
+            "not a sluicegate snapshot"
+        } else {
+            "truncated or corrupt"
+        };
+        assert!(log.contains(expected), "{what}: {log}");
+    }
+}

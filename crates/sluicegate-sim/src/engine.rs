@@ -59,7 +59,7 @@ impl Series {
         }
     }
 
-    fn slot(&mut self, at: Micros) -> usize {
+    fn index_of(&mut self, at: Micros) -> usize {
         let i = usize::try_from(at / self.bucket).unwrap_or(usize::MAX);
         if i >= self.offered.len() {
             // Only a delayed release lands past the end. A huge max_delay must not grow the
@@ -207,17 +207,17 @@ where
             .first()
             .map_or(Outcome::Denied, |d| d.outcome);
         run.offered += 1;
-        let slot = series.slot(arrival.at);
-        series.offered[slot] += 1;
+        let bucket = series.index_of(arrival.at);
+        series.offered[bucket] += 1;
         match outcome {
             Outcome::Denied | Outcome::StoreError => {
                 run.rejected += 1;
-                series.rejected[slot] += 1;
+                series.rejected[bucket] += 1;
                 continue;
             }
             Outcome::Delayed => {
                 run.delayed += 1;
-                series.delayed[slot] += 1;
+                series.delayed[bucket] += 1;
                 run.max_delay = run.max_delay.max(verdict.delay);
             }
             Outcome::ShadowDenied => run.shadow_denied += 1,
@@ -227,7 +227,7 @@ where
         let released = arrival.at + verdict.delay;
         let in_period = recent[key].admit(released, arrival.cost, period);
         run.peak_in_period = run.peak_in_period.max(in_period);
-        let out = series.slot(released);
+        let out = series.index_of(released);
         series.admitted[out] += 1;
         if key == focus {
             focus_admitted.push((released, arrival.cost));

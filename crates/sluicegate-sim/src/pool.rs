@@ -9,6 +9,7 @@
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
 
+use plotters::coord::types::RangedCoordf64;
 use plotters::prelude::*;
 use sluicegate_core::Micros;
 use sluicegate_throttle::{Arrival, PoolSpec, Scheduler};
@@ -173,19 +174,18 @@ fn seconds(run: &AdaptiveRun) -> (impl Fn(usize) -> f64 + '_, f64) {
     (secs, span)
 }
 
-/// The top panel: the pool's limit and the requests in the upstream.
-fn draw_limit_panel(area: &Panel<'_>, run: &AdaptiveRun) -> Result<(), SimError> {
+type Chart<'a, 'b> = ChartContext<'a, SVGBackend<'b>, Cartesian2d<RangedCoordf64, RangedCoordf64>>;
+
+/// A panel's chart: its caption, axes from 0 to `span` seconds and from 0 to `high`.
+fn axes<'a, 'b>(
+    area: &'a Panel<'b>,
+    caption: String,
+    span: f64,
+    high: f64,
+) -> Result<Chart<'a, 'b>, SimError> {
     let err = chart_err;
-    let (secs, span) = seconds(run);
-    let high = f64::from(run.bounds.1) * 1.1;
     let mut chart = ChartBuilder::on(area)
-        .caption(
-            format!(
-                "pool limit (min {}, max {}) and requests in the upstream",
-                run.bounds.0, run.bounds.1
-            ),
-            ("sans-serif", 15),
-        )
+        .caption(caption, ("sans-serif", 15))
         .margin(8)
         .x_label_area_size(30)
         .y_label_area_size(50)
@@ -197,81 +197,62 @@ fn draw_limit_panel(area: &Panel<'_>, run: &AdaptiveRun) -> Result<(), SimError>
         .x_desc("seconds")
         .draw()
         .map_err(|e| err(&e))?;
+    Ok(chart)
+}
+
+/// One series of `points` as a line, with its legend entry.
+fn line(
+    chart: &mut Chart<'_, '_>,
+    points: impl IntoIterator<Item = (f64, f64)>,
+    style: ShapeStyle,
+    label: &str,
+) -> Result<(), SimError> {
     chart
-        .draw_series(LineSeries::new(
-            run.limit
-                .iter()
-                .enumerate()
-                .map(|(i, v)| (secs(i), f64::from(*v))),
-            LIMIT.stroke_width(2),
-        ))
-        .map_err(|e| err(&e))?
-        .label("limit")
-        .legend(|(x, y)| PathElement::new([(x, y), (x + 16, y)], LIMIT.stroke_width(2)));
-    chart
-        .draw_series(LineSeries::new(
-            run.in_flight.iter().enumerate().map(|(i, v)| (secs(i), *v)),
-            IN_FLIGHT.stroke_width(1),
-        ))
-        .map_err(|e| err(&e))?
-        .label("in the upstream (mean)")
-        .legend(|(x, y)| PathElement::new([(x, y), (x + 16, y)], IN_FLIGHT.stroke_width(1)));
+        .draw_series(LineSeries::new(points, style))
+        .map_err(|e| chart_err(&e))?
+        .label(label)
+        .legend(move |(x, y)| PathElement::new([(x, y), (x + 16, y)], style));
+    Ok(())
+}
+
+/// The legend box of a panel.
+fn legend<'a, 'b: 'a>(chart: &mut Chart<'a, 'b>) -> Result<(), SimError> {
     chart
         .configure_series_labels()
         .border_style(BLACK)
         .background_style(WHITE.mix(0.8))
         .draw()
-        .map_err(|e| err(&e))
+        .map_err(|e| chart_err(&e))
+}
+
+/// The top panel: the pool's limit and the requests in the upstream.
+fn draw_limit_panel(area: &Panel<'_>, run: &AdaptiveRun) -> Result<(), SimError> {
+    let (secs, span) = seconds(run);
+    let caption = format!(
+        "pool limit (min {}, max {}) and requests in the upstream",
+        run.bounds.0, run.bounds.1
+    );
+    let mut chart = axes(area, caption, span, f64::from(run.bounds.1) * 1.1)?;
+    let limit = run.limit.iter().enumerate();
+    let limit = limit.map(|(i, v)| (secs(i), f64::from(*v)));
+    line(&mut chart, limit, LIMIT.stroke_width(2), "limit")?;
+    let in_flight = run.in_flight.iter().enumerate().map(|(i, v)| (secs(i), *v));
+    let style = IN_FLIGHT.stroke_width(1);
+    line(&mut chart, in_flight, style, "in the upstream (mean)")?;
+    legend(&mut chart)
 }
 
 /// The bottom panel: the upstream's own latency and the measured round trip.
 fn draw_latency_panel(area: &Panel<'_>, run: &AdaptiveRun) -> Result<(), SimError> {
-    let err = chart_err;
     let (secs, span) = seconds(run);
-    let top_ms = run
-        .rtt_ms
-        .iter()
-        .chain(&run.base_ms)
-        .copied()
-        .fold(1.0, f64::max)
-        * 1.15;
-    let mut chart = ChartBuilder::on(area)
-        .caption("upstream latency (ms)", ("sans-serif", 15))
-        .margin(8)
-        .x_label_area_size(30)
-        .y_label_area_size(50)
-        .build_cartesian_2d(0.0..span, 0.0..top_ms)
-        .map_err(|e| err(&e))?;
-    chart
-        .configure_mesh()
-        .disable_x_mesh()
-        .x_desc("seconds")
-        .draw()
-        .map_err(|e| err(&e))?;
-    chart
-        .draw_series(LineSeries::new(
-            run.base_ms.iter().enumerate().map(|(i, v)| (secs(i), *v)),
-            BASE.stroke_width(1),
-        ))
-        .map_err(|e| err(&e))?
-        .label("base latency (the upstream's own)")
-        .legend(|(x, y)| PathElement::new([(x, y), (x + 16, y)], BASE.stroke_width(1)));
-    chart
-        .draw_series(LineSeries::new(
-            run.rtt_ms
-                .iter()
-                .enumerate()
-                .filter(|(_, v)| **v > 0.0)
-                .map(|(i, v)| (secs(i), *v)),
-            RTT.stroke_width(2),
-        ))
-        .map_err(|e| err(&e))?
-        .label("measured round trip")
-        .legend(|(x, y)| PathElement::new([(x, y), (x + 16, y)], RTT.stroke_width(2)));
-    chart
-        .configure_series_labels()
-        .border_style(BLACK)
-        .background_style(WHITE.mix(0.8))
-        .draw()
-        .map_err(|e| err(&e))
+    let all = run.rtt_ms.iter().chain(&run.base_ms).copied();
+    let top_ms = all.fold(1.0, f64::max) * 1.15;
+    let mut chart = axes(area, "upstream latency (ms)".to_owned(), span, top_ms)?;
+    let base = run.base_ms.iter().enumerate().map(|(i, v)| (secs(i), *v));
+    let style = BASE.stroke_width(1);
+    line(&mut chart, base, style, "base latency (the upstream's own)")?;
+    let rtt = run.rtt_ms.iter().enumerate().filter(|(_, v)| **v > 0.0);
+    let rtt = rtt.map(|(i, v)| (secs(i), *v));
+    line(&mut chart, rtt, RTT.stroke_width(2), "measured round trip")?;
+    legend(&mut chart)
 }

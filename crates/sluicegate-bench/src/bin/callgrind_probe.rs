@@ -12,7 +12,7 @@ use std::time::Duration;
 use http::{HeaderMap, Method, StatusCode};
 use sluicegate_core::{AlgorithmKind, CheckRequest, MemoryStore, Policy};
 use sluicegate_middleware::headers::{rejection_response, write_headers};
-use sluicegate_middleware::{HeaderSet, RateLimiter, RouteSpec};
+use sluicegate_middleware::{HeaderSet, RateLimiter, RouteSpec, RouteTable};
 
 /// Iterations of each step.
 const N: usize = 20_000;
@@ -73,6 +73,69 @@ fn probe_rejection(verdict: &sluicegate_core::Verdict) {
     }
 }
 
+/// A table of `n` routes, one per endpoint of a large API, plus the catch-all `/`.
+fn route_table(n: usize) -> RouteTable {
+    let mut specs: Vec<RouteSpec> = (0..n - 1)
+        .map(|i| RouteSpec::new(format!("/api/v1/resource{i}/items"), &["api"]))
+        .collect();
+    specs.push(RouteSpec::new("/", &["api"]));
+    RouteTable::new(&specs, |name| Some(Arc::new(policy(name, 10)))).expect("valid routes")
+}
+
+/// A request that falls through to the catch-all: the worst case for a scan.
+const CATCH_ALL_PATH: &str = "/static/app/main.js";
+
+#[inline(never)]
+fn probe_route_find(table: &RouteTable) {
+    let headers = HeaderMap::new();
+    for _ in 0..N {
+        black_box(table.find(&Method::GET, black_box(CATCH_ALL_PATH), &headers));
+    }
+}
+
+/// The matching of before the prefix index: the first match in the sorted table.
+#[inline(never)]
+fn probe_route_scan(table: &RouteTable) {
+    let headers = HeaderMap::new();
+    for _ in 0..N {
+        let path = black_box(CATCH_ALL_PATH);
+        black_box(
+            table
+                .routes()
+                .iter()
+                .find(|r| r.matches(&Method::GET, path, &headers)),
+        );
+    }
+}
+
+#[inline(never)]
+fn probe_route_find_small(table: &RouteTable) {
+    // The tag keeps LLVM from merging this function with its twin (callgrind needs both).
+    black_box(5usize);
+    probe_route_find(table)
+}
+
+#[inline(never)]
+fn probe_route_find_large(table: &RouteTable) {
+    // The tag keeps LLVM from merging this function with its twin (callgrind needs both).
+    black_box(5000usize);
+    probe_route_find(table)
+}
+
+#[inline(never)]
+fn probe_route_scan_small(table: &RouteTable) {
+    // The tag keeps LLVM from merging this function with its twin (callgrind needs both).
+    black_box(5usize);
+    probe_route_scan(table)
+}
+
+#[inline(never)]
+fn probe_route_scan_large(table: &RouteTable) {
+    // The tag keeps LLVM from merging this function with its twin (callgrind needs both).
+    black_box(5000usize);
+    probe_route_scan(table)
+}
+
 fn main() {
     let rt = tokio::runtime::Builder::new_current_thread()
         .build()
@@ -114,4 +177,10 @@ fn main() {
         .expect("a verdict");
     assert!(!rejected.allowed);
     probe_rejection(&rejected);
+
+    let (small, large) = (route_table(5), route_table(5_000));
+    probe_route_find_small(&small);
+    probe_route_find_large(&large);
+    probe_route_scan_small(&small);
+    probe_route_scan_large(&large);
 }

@@ -49,7 +49,7 @@ pub trait Algorithm: Send + Sync + 'static {
 
     /// Decides a request of `cost` at `now` without changing `state`.
     ///
-    /// `max_delay` is `Some(budget)` in delay mode: a request over the limit whose slot
+    /// `max_delay` is `Some(budget)` in delay mode: a request over the limit whose turn
     /// comes within `budget` is admitted with [`Decision::delay`] set. `cost` 0 only reads:
     /// it is always admitted, without delay, and reports `remaining` and `reset_after`.
     /// The caller guarantees `cost <= capacity` (see [`Policy::capacity`]).
@@ -65,7 +65,7 @@ pub trait Algorithm: Send + Sync + 'static {
     /// `cost` 0 changes nothing.
     fn consume(&self, state: &mut Self::State, now: Micros, cost: u64);
 
-    /// Gives back what an admitted request took, when it was cancelled before its slot came.
+    /// Gives back what an admitted request took, when it was cancelled before its turn came.
     /// Never leaves the state fuller than a fresh key.
     fn refund(&self, state: &mut Self::State, now: Micros, cost: u64);
 
@@ -102,7 +102,7 @@ pub trait Algorithm: Send + Sync + 'static {
     fn rescale(&self, from: &Self, state: &Self::State, now: Micros) -> Self::State;
 
     /// Bytes `state` holds on the heap beyond its own size (the sliding log's entries, the
-    /// concurrency leases): what the memory store's `max_memory` counts besides its slots.
+    /// concurrency leases): what the memory store's `max_memory` counts besides its cells.
     fn heap_bytes(state: &Self::State) -> usize {
         let _ = state;
         0

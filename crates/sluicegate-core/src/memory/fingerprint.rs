@@ -33,35 +33,50 @@ impl KeyHasher {
         ))
     }
 
+    /// The hasher of a snapshot's key, so restored fingerprints name the same keys.
+    pub(crate) fn from_key(k0: u64, k1: u64) -> Self {
+        KeyHasher(Sip::new(k0, k1))
+    }
+
+    /// Its key (secret: it is what keeps fingerprints unpredictable; snapshots hold it).
+    pub(crate) fn key(&self) -> (u64, u64) {
+        self.0.key()
+    }
+
     /// The fingerprint of `key`.
     #[inline]
     pub(crate) fn fingerprint(&self, key: &str) -> Fingerprint {
         let fp = self.0.hash(key.as_bytes()) & !1;
-        // 0 marks an empty slot.
+        // 0 marks an empty cell.
         Fingerprint(if fp == 0 { 2 } else { fp })
     }
 }
 
 impl Fingerprint {
+    /// A fingerprint read back from a snapshot; `None` for bits no fingerprint has.
+    pub(crate) fn from_bits(bits: u64) -> Option<Self> {
+        (bits != 0 && bits & 1 == 0).then_some(Fingerprint(bits))
+    }
+
     /// The raw bits (bit 0 clear, never 0).
     #[inline]
     pub(crate) fn bits(self) -> u64 {
         self.0
     }
 
-    /// Rebuilds a fingerprint from a slot tag (drops the tag's flag bit).
+    /// Rebuilds a fingerprint from a cell tag (drops the tag's flag bit).
     #[inline]
     pub(crate) fn from_tag(tag: u64) -> Self {
         Fingerprint(tag & !1)
     }
 
-    /// Which of `shards` (a power of two) holds the key. Uses low bits; slots use high bits.
+    /// Which of `shards` (a power of two) holds the key. Uses low bits; cells use high bits.
     #[inline]
     pub(crate) fn shard(self, shards: usize) -> usize {
         (self.0 >> 1) as usize & (shards - 1)
     }
 
-    /// The home slot in a table of `len` slots (multiply-shift, any `len`).
+    /// The home cell in a table of `len` cells (multiply-shift, any `len`).
     #[inline]
     pub(crate) fn home(self, len: usize) -> usize {
         ((u128::from(self.0) * len as u128) >> 64) as usize

@@ -151,7 +151,7 @@ impl<A: Algorithm> KeyedLimiter<A> {
         self.len() == 0
     }
 
-    /// Bytes allocated for state: the slots of every shard, plus the shards themselves.
+    /// Bytes allocated for state: the cells of every shard, plus the shards themselves.
     pub fn allocated_bytes(&self) -> usize {
         let shards = std::mem::size_of_val(&*self.shards);
         shards

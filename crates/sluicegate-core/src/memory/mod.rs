@@ -7,8 +7,8 @@
 //! check of several policies on one key takes one lock. A check whose policies use
 //! different keys ([`Store::check_keyed`]) locks their shards in ascending order, so two
 //! such checks cannot deadlock. Within a shard each policy has an open-addressing table of
-//! `(fingerprint, state)` slots: 8 bytes plus the algorithm's state (8 bytes for gcra, 16 for
-//! token_bucket), at a load between 7/12 and 7/8. Fixed-size states live in the slots; only
+//! `(fingerprint, state)` cells: 8 bytes plus the algorithm's state (8 bytes for gcra, 16 for
+//! token_bucket), at a load between 7/12 and 7/8. Fixed-size states live in the cells; only
 //! the sliding log keeps a per-key heap buffer.
 //!
 //! # Keys
@@ -32,7 +32,7 @@
 //!    The states of the request in progress are never evicted.
 //!
 //! `max_memory` ([`MemoryStore::with_max_memory`]) bounds the same states in bytes, split
-//! over the shards the same way: slots, sliding-log entries and concurrency leases (each
+//! over the shards the same way: cells, sliding-log entries and concurrency leases (each
 //! table keeps a running count of its states' heap bytes) and running penalties. A shard
 //! over its share makes room as above before tracking a new key, and after an admitted
 //! request grew a log, evicts until it is within its share again (never the state of the
@@ -40,10 +40,10 @@
 //! bytes against `max_memory / shards`, is the one way past the bound).
 //!
 //! Expired state is also reclaimed without waiting for pressure: every operation moves a
-//! sweep hand over two slots of each table it used, and drops the expired states it finds.
+//! sweep hand over two cells of each table it used, and drops the expired states it finds.
 //! Each table keeps a lower bound of its states' expiry times, so a table with nothing
 //! expired is skipped without looking. There is no stop-the-world sweep: the longest
-//! pause is one shard scanning its own slots once, under its own lock.
+//! pause is one shard scanning its own cells once, under its own lock.
 //!
 //! Because the bound is per shard, eviction can start before the whole store holds
 //! `max_keys` states, when the fullest shard fills (at about 95% of a million), and never
@@ -51,10 +51,12 @@
 
 mod fingerprint;
 mod keyed;
+mod persist;
 mod raw;
 mod registry;
 mod shard;
 mod siphash;
+mod snapshot;
 mod typed;
 
 use std::sync::Arc;
@@ -75,12 +77,13 @@ use registry::{PolicyRef, Registry};
 use shard::{Padded, StoreShard, Target, shard_cap, shard_count};
 
 pub use keyed::KeyedLimiter;
+pub use snapshot::{SnapshotError, SnapshotInfo, SnapshotWriter};
 
 /// Default bound on tracked keys.
 pub const DEFAULT_MAX_KEYS: usize = 1_000_000;
 
-/// `max_memory` allows at most one tracked state per this many bytes: a slot of the largest
-/// state (48 bytes) at the lowest load, after a growth step, takes about 82, so slots alone
+/// `max_memory` allows at most one tracked state per this many bytes: a cell of the largest
+/// state (48 bytes) at the lowest load, after a growth step, takes about 82, so cells alone
 /// stay within two thirds of the bound and the rest is for logs and leases.
 const BYTES_PER_STATE: usize = 128;
 
@@ -140,11 +143,11 @@ impl<C: Clock> MemoryStore<C> {
         }
     }
 
-    /// Bounds the bytes of all limiter state (`store.max_memory`): slots, sliding-log
+    /// Bounds the bytes of all limiter state (`store.max_memory`): cells, sliding-log
     /// entries, leases and penalties, as [`MemoryStore::bytes`] counts them. Each shard keeps
     /// to its share, evicting as for `max_keys` (see the module documentation) when a new
     /// key or a longer log would go beyond it. The bound also caps the tracked states at
-    /// `bytes / 128` (so that slots alone never fill it). Call it before the first check.
+    /// `bytes / 128` (so that cells alone never fill it). Call it before the first check.
     pub fn with_max_memory(mut self, bytes: usize) -> Self {
         let max_keys = self.max_keys.min(bytes / BYTES_PER_STATE).max(1);
         // Fewer shards for a small bound: each share must hold a few long logs, or the log
@@ -167,7 +170,7 @@ impl<C: Clock> MemoryStore<C> {
         self.max_memory
     }
 
-    /// Bytes of limiter state held: every shard's slots, the sliding logs' and leases'
+    /// Bytes of limiter state held: every shard's cells, the sliding logs' and leases'
     /// buffers and the running penalties (what `max_memory` bounds).
     pub fn bytes(&self) -> usize {
         self.shards.iter().map(|s| s.lock().bytes()).sum()
@@ -342,7 +345,7 @@ impl<C: Clock> MemoryStore<C> {
         self.len() == 0
     }
 
-    /// Bytes allocated for state slots (not counting the sliding log's per-key buffers).
+    /// Bytes allocated for state cells (not counting the sliding log's per-key buffers).
     pub fn allocated_bytes(&self) -> usize {
         std::mem::size_of_val(&*self.shards)
             + self
@@ -409,7 +412,8 @@ impl<C: Clock> MemoryStore<C> {
         if now >= s.expires_at {
             return Ok(Settled::Expired);
         }
-        {
+        // An empty id settles without a one-time marker (the caller settles once).
+        if !s.id.is_empty() {
             let mut settled = self.settled.lock();
             if settled.get(s.id).is_some_and(|until| *until > now) {
                 return Ok(Settled::Replayed);
@@ -463,7 +467,9 @@ impl<C: Clock> MemoryStore<C> {
     }
 
     /// [`Store::set_override`], synchronously: `key`'s own numbers under `policy` from the
-    /// next decision on (`None` removes them); the key keeps what it has used.
+    /// next decision on (`None` removes them); the key keeps what it has used. Overrides
+    /// count against the store's bound: beyond a shard's share of `max_keys`, a new one is
+    /// refused ([`StoreError::Unsupported`]).
     pub fn set_override_now(
         &self,
         policy: &Arc<Policy>,
@@ -479,9 +485,15 @@ impl<C: Clock> MemoryStore<C> {
             fp,
             numbers: None,
         };
-        self.shards[self.shard_of(fp)]
-            .lock()
-            .set_override(&target, value, self.clock.now());
+        let kept =
+            self.shards[self.shard_of(fp)]
+                .lock()
+                .set_override(&target, value, self.clock.now());
+        if !kept {
+            return Err(StoreError::Unsupported(
+                "too many key overrides for this store's max_keys".into(),
+            ));
+        }
         Ok(())
     }
 

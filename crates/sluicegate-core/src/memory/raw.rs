@@ -1,41 +1,41 @@
 //! [`RawTable`]: one policy's states in one shard, an open-addressing table of
-//! `(fingerprint, state)` slots with linear probing and backward-shift deletion (no
+//! `(fingerprint, state)` cells with linear probing and backward-shift deletion (no
 //! tombstones), so a tracked key costs `8 + size_of::<State>()` bytes over the load factor.
 //!
-//! Two hands walk the slots, each a few steps at a time:
+//! Two hands walk the cells, each a few steps at a time:
 //! - the sweep hand drops expired state (`idle_at <= now`, identical to a fresh key) and
 //!   keeps `min_idle`, a lower bound of every entry's `idle_at`, so that "is anything
 //!   expired here?" is usually answered without looking;
 //! - the clock hand picks the victim when live state must go: it samples the next few
 //!   entries and takes the one whose loss admits the fewest extra requests (a state back to
 //!   full before a client being limited), the one not recently used on a tie (each hit sets
-//!   a slot's reference bit, the hand clears bits as it passes).
+//!   a cell's reference bit, the hand clears bits as it passes).
 
 use crate::clock::Micros;
 
 use super::fingerprint::Fingerprint;
 
-/// Slots are at most this full (7/8) before the table grows.
+/// Cells are at most this full (7/8) before the table grows.
 const LOAD_NUM: usize = 7;
 const LOAD_DEN: usize = 8;
 /// Smallest non-empty table.
-const MIN_SLOTS: usize = 8;
+const MIN_CELLS: usize = 8;
 
-/// Reference bit in a slot's tag.
+/// Reference bit in a cell's tag.
 const REFERENCED: u64 = 1;
 
-/// One slot; `tag == 0` is empty, else the fingerprint with bit 0 as the reference bit.
+/// One cell; `tag == 0` is empty, else the fingerprint with bit 0 as the reference bit.
 #[derive(Debug, Default, Clone)]
-struct Slot<S> {
+struct Cell<S> {
     tag: u64,
     state: S,
 }
 
-/// The slots of one policy in one shard. Every method that may drop or move entries takes
+/// The cells of one policy in one shard. Every method that may drop or move entries takes
 /// `idle_at`, the algorithm's expiry function, to keep `min_idle` a valid lower bound.
 #[derive(Debug)]
 pub(crate) struct RawTable<S> {
-    slots: Box<[Slot<S>]>,
+    cells: Box<[Cell<S>]>,
     len: usize,
     /// Most entries this table may ever hold (the shard's bound); caps growth.
     max_len: usize,
@@ -43,7 +43,7 @@ pub(crate) struct RawTable<S> {
     clock: usize,
     /// No entry has `idle_at < min_idle`.
     min_idle: Micros,
-    /// Smallest `idle_at` seen since the sweep hand last passed slot 0.
+    /// Smallest `idle_at` seen since the sweep hand last passed cell 0.
     pending_min: Micros,
     /// Heap bytes of every entry's state, as `heap_of` measures them.
     heap: usize,
@@ -51,9 +51,9 @@ pub(crate) struct RawTable<S> {
     heap_of: fn(&S) -> usize,
 }
 
-/// Slots needed to hold `len` entries within the load factor.
-fn slots_for(len: usize) -> usize {
-    (len * LOAD_DEN).div_ceil(LOAD_NUM).max(MIN_SLOTS)
+/// Cells needed to hold `len` entries within the load factor.
+fn cells_for(len: usize) -> usize {
+    (len * LOAD_DEN).div_ceil(LOAD_NUM).max(MIN_CELLS)
 }
 
 impl<S: Default> RawTable<S> {
@@ -66,7 +66,7 @@ impl<S: Default> RawTable<S> {
     /// An empty table whose states hold `heap_of(state)` bytes on the heap each.
     pub(crate) fn with_heap(max_len: usize, heap_of: fn(&S) -> usize) -> Self {
         RawTable {
-            slots: Box::default(),
+            cells: Box::default(),
             len: 0,
             max_len,
             sweep: 0,
@@ -78,15 +78,15 @@ impl<S: Default> RawTable<S> {
         }
     }
 
-    /// Bytes this table holds: its slots and what its states keep on the heap.
+    /// Bytes this table holds: its cells and what its states keep on the heap.
     pub(crate) fn bytes(&self) -> usize {
         self.allocated_bytes() + self.heap
     }
 
-    /// Changes the state in slot `i` with `f`, keeping the count of heap bytes.
+    /// Changes the state in cell `i` with `f`, keeping the count of heap bytes.
     #[inline]
     pub(crate) fn update<R>(&mut self, i: usize, f: impl FnOnce(&mut S) -> R) -> R {
-        let state = &mut self.slots[i].state;
+        let state = &mut self.cells[i].state;
         let before = (self.heap_of)(state);
         let result = f(state);
         let after = (self.heap_of)(state);
@@ -104,48 +104,48 @@ impl<S: Default> RawTable<S> {
         self.len >= self.max_len
     }
 
-    /// Bytes of slots allocated.
+    /// Bytes of cells allocated.
     pub(crate) fn allocated_bytes(&self) -> usize {
-        self.slots.len() * std::mem::size_of::<Slot<S>>()
+        self.cells.len() * std::mem::size_of::<Cell<S>>()
     }
 
     #[inline]
     fn next(&self, i: usize) -> usize {
-        if i + 1 == self.slots.len() { 0 } else { i + 1 }
+        if i + 1 == self.cells.len() { 0 } else { i + 1 }
     }
 
-    /// The slot of `fp`, marking it recently used.
+    /// The cell of `fp`, marking it recently used.
     #[inline]
     pub(crate) fn find(&mut self, fp: Fingerprint) -> Option<usize> {
         if self.len == 0 {
             return None;
         }
-        let mut i = fp.home(self.slots.len());
+        let mut i = fp.home(self.cells.len());
         loop {
-            let tag = self.slots[i].tag;
+            let tag = self.cells[i].tag;
             if tag == 0 {
                 return None;
             }
             if tag & !REFERENCED == fp.bits() {
-                self.slots[i].tag = tag | REFERENCED;
+                self.cells[i].tag = tag | REFERENCED;
                 return Some(i);
             }
             i = self.next(i);
         }
     }
 
-    /// The state in slot `i` (from [`RawTable::find`] or [`RawTable::insert`]).
+    /// The state in cell `i` (from [`RawTable::find`] or [`RawTable::insert`]).
     #[inline]
     pub(crate) fn state(&self, i: usize) -> &S {
-        &self.slots[i].state
+        &self.cells[i].state
     }
 
-    /// The state in slot `i`, to change it; `idle_at` is its expiry after the change. Only
+    /// The state in cell `i`, to change it; `idle_at` is its expiry after the change. Only
     /// for tables made with [`RawTable::new`] (nothing on the heap to count); others change
     /// states through [`RawTable::update`].
     #[inline]
     pub(crate) fn state_mut(&mut self, i: usize) -> &mut S {
-        &mut self.slots[i].state
+        &mut self.cells[i].state
     }
 
     /// Records that an entry now expires at `idle_at` (after a change to its state), or at
@@ -165,11 +165,11 @@ impl<S: Default> RawTable<S> {
         keep: impl Fn(Fingerprint) -> bool,
         mut update: impl FnMut(&mut S),
     ) {
-        for slot in self.slots.iter_mut().filter(|s| s.tag != 0) {
-            if !keep(Fingerprint::from_tag(slot.tag)) {
-                let before = (self.heap_of)(&slot.state);
-                update(&mut slot.state);
-                self.heap = self.heap + (self.heap_of)(&slot.state) - before;
+        for cell in self.cells.iter_mut().filter(|s| s.tag != 0) {
+            if !keep(Fingerprint::from_tag(cell.tag)) {
+                let before = (self.heap_of)(&cell.state);
+                update(&mut cell.state);
+                self.heap = self.heap + (self.heap_of)(&cell.state) - before;
             }
         }
         self.min_idle = 0;
@@ -177,17 +177,24 @@ impl<S: Default> RawTable<S> {
         self.sweep = 0;
     }
 
+    /// Visits every entry (for a snapshot).
+    pub(crate) fn for_each(&self, mut visit: impl FnMut(Fingerprint, &S)) {
+        for cell in self.cells.iter().filter(|s| s.tag != 0) {
+            visit(Fingerprint::from_tag(cell.tag), &cell.state);
+        }
+    }
+
     /// Inserts `fp` (not present) with a fresh state; the caller made room (`len < max_len`).
     pub(crate) fn insert(&mut self, fp: Fingerprint) -> usize {
         debug_assert!(self.len < self.max_len.max(1));
-        if (self.len + 1) * LOAD_DEN > self.slots.len() * LOAD_NUM {
+        if (self.len + 1) * LOAD_DEN > self.cells.len() * LOAD_NUM {
             self.grow();
         }
-        let mut i = fp.home(self.slots.len());
-        while self.slots[i].tag != 0 {
+        let mut i = fp.home(self.cells.len());
+        while self.cells[i].tag != 0 {
             i = self.next(i);
         }
-        self.slots[i] = Slot {
+        self.cells[i] = Cell {
             tag: fp.bits() | REFERENCED,
             state: S::default(),
         };
@@ -198,21 +205,21 @@ impl<S: Default> RawTable<S> {
     /// Grows by half (not doubling: the load stays between 7/12 and 7/8, so memory per key
     /// stays within 1.5× of the minimum), never beyond what `max_len` entries need.
     fn grow(&mut self) {
-        let wanted = (self.slots.len() + self.slots.len() / 2).max(MIN_SLOTS);
+        let wanted = (self.cells.len() + self.cells.len() / 2).max(MIN_CELLS);
         let size = wanted
-            .min(slots_for(self.max_len))
-            .max(slots_for(self.len + 1));
+            .min(cells_for(self.max_len))
+            .max(cells_for(self.len + 1));
         let old = std::mem::replace(
-            &mut self.slots,
-            std::iter::repeat_with(Slot::default).take(size).collect(),
+            &mut self.cells,
+            std::iter::repeat_with(Cell::default).take(size).collect(),
         );
-        for slot in old.into_vec() {
-            if slot.tag != 0 {
-                let mut i = Fingerprint::from_tag(slot.tag).home(size);
-                while self.slots[i].tag != 0 {
+        for cell in old.into_vec() {
+            if cell.tag != 0 {
+                let mut i = Fingerprint::from_tag(cell.tag).home(size);
+                while self.cells[i].tag != 0 {
                     i = self.next(i);
                 }
-                self.slots[i] = slot;
+                self.cells[i] = cell;
             }
         }
         // Positions changed: restart both walks; `min_idle` is still a valid bound.
@@ -221,20 +228,20 @@ impl<S: Default> RawTable<S> {
         self.pending_min = self.min_idle;
     }
 
-    /// Removes the entry in slot `i`, shifting the probe run behind it back.
+    /// Removes the entry in cell `i`, shifting the probe run behind it back.
     pub(crate) fn remove_at(&mut self, mut i: usize, idle_at: impl Fn(&S) -> Micros) {
-        self.heap -= (self.heap_of)(&self.slots[i].state);
-        self.slots[i] = Slot::default();
+        self.heap -= (self.heap_of)(&self.cells[i].state);
+        self.cells[i] = Cell::default();
         self.len -= 1;
-        let n = self.slots.len();
+        let n = self.cells.len();
         let mut j = self.next(i);
-        while self.slots[j].tag != 0 {
-            let home = Fingerprint::from_tag(self.slots[j].tag).home(n);
+        while self.cells[j].tag != 0 {
+            let home = Fingerprint::from_tag(self.cells[j].tag).home(n);
             // Entry j may move to i if i lies on its probe path [home, j).
             if (j + n - home) % n >= (j + n - i) % n {
-                self.slots.swap(i, j);
+                self.cells.swap(i, j);
                 // It may have jumped over the sweep hand: keep it in the bound.
-                let t = idle_at(&self.slots[i].state);
+                let t = idle_at(&self.cells[i].state);
                 self.pending_min = self.pending_min.min(t);
                 i = j;
             }
@@ -253,7 +260,7 @@ impl<S: Default> RawTable<S> {
         }
     }
 
-    /// Advances the sweep hand by up to `steps` slots, dropping expired entries. Returns how
+    /// Advances the sweep hand by up to `steps` cells, dropping expired entries. Returns how
     /// many were dropped. Does nothing while `now < min_idle` (nothing can be expired).
     pub(crate) fn sweep(
         &mut self,
@@ -286,7 +293,7 @@ impl<S: Default> RawTable<S> {
         if self.len == 0 || now < self.min_idle {
             return false;
         }
-        for _ in 0..self.slots.len() {
+        for _ in 0..self.cells.len() {
             if self.step(now, idle_at, pinned) {
                 return true;
             }
@@ -295,7 +302,7 @@ impl<S: Default> RawTable<S> {
     }
 
     /// One sweep step; returns whether it dropped an entry (the hand then stays, as the
-    /// next entry shifted into its slot). A `pinned` entry (a key with an override, whose
+    /// next entry shifted into its cell). A `pinned` entry (a key with an override, whose
     /// state the table's own numbers cannot date) is never dropped as expired.
     fn step(
         &mut self,
@@ -304,9 +311,9 @@ impl<S: Default> RawTable<S> {
         pinned: &dyn Fn(Fingerprint) -> bool,
     ) -> bool {
         let i = self.sweep;
-        let tag = self.slots[i].tag;
+        let tag = self.cells[i].tag;
         if tag != 0 && !pinned(Fingerprint::from_tag(tag)) {
-            let t = idle_at(&self.slots[i].state);
+            let t = idle_at(&self.cells[i].state);
             if t <= now {
                 self.remove_at(i, idle_at);
                 return true;
@@ -337,16 +344,16 @@ impl<S: Default> RawTable<S> {
     ) -> bool {
         let mut best: Option<((u64, Micros, bool), usize)> = None;
         let mut seen = 0;
-        for _ in 0..self.slots.len() {
+        for _ in 0..self.cells.len() {
             let i = self.clock;
             self.clock = self.next(i);
-            let tag = self.slots[i].tag;
+            let tag = self.cells[i].tag;
             if tag == 0 || protected(Fingerprint::from_tag(tag)) {
                 continue;
             }
-            let state = &self.slots[i].state;
+            let state = &self.cells[i].state;
             let key = (loss(state), idle_at(state), tag & REFERENCED != 0);
-            self.slots[i].tag = tag & !REFERENCED;
+            self.cells[i].tag = tag & !REFERENCED;
             if best.is_none_or(|(b, _)| key < b) {
                 best = Some((key, i));
             }

@@ -140,6 +140,16 @@ impl Registry {
         dropped
     }
 
+    /// Every registered policy's numbers and place (for a snapshot).
+    pub(crate) fn refs(&self) -> Vec<(CountingKey, PolicyRef)> {
+        let inner = self.0.read();
+        inner
+            .by_policy
+            .iter()
+            .map(|(k, r)| (k.clone(), *r))
+            .collect()
+    }
+
     /// Makes the indices of dropped policies available again.
     pub(crate) fn release(&self, dropped: &[PolicyRef]) {
         self.0.write().free.extend(dropped.iter().map(|r| r.index));

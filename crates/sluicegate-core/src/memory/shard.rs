@@ -12,7 +12,9 @@ use crate::overrides::Override;
 use crate::policy::Policy;
 
 use super::fingerprint::Fingerprint;
+use super::persist::{put_str, put_u32, put_u64};
 use super::registry::PolicyRef;
+use super::snapshot::put_numbers;
 use super::typed::{Numbers, PolicyTable, table_for};
 
 /// Most shards a store or limiter uses.
@@ -90,7 +92,7 @@ struct KeyOverride {
 type Overrides = HashMap<Fingerprint, Vec<KeyOverride>, foldhash::fast::RandomState>;
 
 /// One policy's table in a shard: the registry id of the version it holds, its lineage.
-struct TableSlot {
+struct TableCell {
     id: u64,
     lineage: u64,
     table: Box<dyn PolicyTable>,
@@ -98,7 +100,7 @@ struct TableSlot {
 
 /// One table per policy (by registry index) for the keys of this shard, and their count.
 pub(crate) struct StoreShard {
-    tables: Vec<Option<TableSlot>>,
+    tables: Vec<Option<TableCell>>,
     count: usize,
     cap: usize,
     /// This shard's share of `max_memory`, bytes (`usize::MAX`: no bound in bytes).
@@ -134,7 +136,7 @@ impl StoreShard {
         self.count
     }
 
-    /// Bytes of slots allocated, over all policies.
+    /// Bytes of cells allocated, over all policies.
     pub(crate) fn allocated_bytes(&self) -> usize {
         self.tables
             .iter()
@@ -143,7 +145,7 @@ impl StoreShard {
             .sum()
     }
 
-    /// Bytes held, over all policies: slots, sliding logs and leases, running penalties.
+    /// Bytes held, over all policies: cells, sliding logs and leases, running penalties.
     pub(crate) fn bytes(&self) -> usize {
         let penalty = std::mem::size_of::<((usize, u64, Fingerprint), Micros)>() + 1;
         let tables: usize = self.tables.iter().flatten().map(|t| t.table.bytes()).sum();
@@ -168,8 +170,8 @@ impl StoreShard {
         if self.tables.len() <= r.index {
             self.tables.resize_with(r.index + 1, || None);
         }
-        let slot = &mut self.tables[r.index];
-        match slot {
+        let cell = &mut self.tables[r.index];
+        match cell {
             Some(held) if held.id > r.id => return None,
             Some(held) if held.id < r.id && held.lineage == r.lineage => {
                 let overrides = &self.overrides;
@@ -187,11 +189,11 @@ impl StoreShard {
             }
             Some(held) if held.id < r.id => {
                 self.count -= held.table.len();
-                *slot = None;
+                *cell = None;
             }
             _ => {}
         }
-        let held = self.tables[r.index].get_or_insert_with(|| TableSlot {
+        let held = self.tables[r.index].get_or_insert_with(|| TableCell {
             id: r.id,
             lineage: r.lineage,
             table: table_for(policy, self.cap),
@@ -259,7 +261,19 @@ impl StoreShard {
 
     /// Sets (`Some`) or removes `t`'s key's override. The key keeps what it has used: its
     /// state is carried over to the new numbers when it is next decided.
-    pub(crate) fn set_override(&mut self, t: &Target<'_>, value: Option<Override>, now: Micros) {
+    /// Returns false, changing nothing, when a new override would take the shard beyond
+    /// its bound (`max_keys`' share: overrides are memory too).
+    pub(crate) fn set_override(
+        &mut self,
+        t: &Target<'_>,
+        value: Option<Override>,
+        now: Micros,
+    ) -> bool {
+        let held: usize = self.overrides.values().map(Vec::len).sum();
+        let new = !overridden(&self.overrides, t.policy.name(), t.fp);
+        if value.is_some() && new && held >= self.cap {
+            return false;
+        }
         // Bring the table to its policy's current numbers first (overridden keys excepted).
         self.table(&t.r, t.policy, now);
         let name = t.policy.name();
@@ -281,6 +295,7 @@ impl StoreShard {
         if list.is_empty() {
             self.overrides.remove(&t.fp);
         }
+        true
     }
 
     /// The override of `fp` under the policy named `name`.
@@ -459,6 +474,137 @@ impl StoreShard {
         }
     }
 
+    /// This shard's block of a snapshot (see `snapshot.rs`): its overrides, then per policy
+    /// its numbers, states and running penalties. `current` are the registry's policies; a
+    /// table of an older version is carried over to its current numbers first, one of a
+    /// dropped policy is left out. Returns the states written.
+    pub(crate) fn save(
+        &mut self,
+        current: &[(Arc<Policy>, PolicyRef)],
+        now: Micros,
+        out: &mut Vec<u8>,
+    ) -> u64 {
+        let overrides: Vec<(&Fingerprint, &KeyOverride)> = self
+            .overrides
+            .iter()
+            .flat_map(|(fp, list)| list.iter().map(move |o| (fp, o)))
+            .collect();
+        put_u32(out, overrides.len() as u32);
+        for (fp, o) in overrides {
+            put_str(out, &o.policy);
+            put_u64(out, fp.bits());
+            match o.value {
+                Some(v) => {
+                    out.push(1);
+                    put_u64(out, v.limit);
+                    put_u64(out, v.burst.unwrap_or(0));
+                    put_u64(out, v.period.unwrap_or(0));
+                }
+                None => out.push(0),
+            }
+            match &o.written {
+                Some(p) => {
+                    out.push(1);
+                    put_numbers(out, p);
+                }
+                None => out.push(0),
+            }
+        }
+        let mut saved = Vec::new();
+        for index in 0..self.tables.len() {
+            let Some(held) = &self.tables[index] else {
+                continue;
+            };
+            let Some((policy, r)) = current.iter().find(|(_, r)| r.index == index) else {
+                continue;
+            };
+            let same = held.id == r.id;
+            let older = held.id < r.id && held.lineage == r.lineage;
+            if (same || older) && self.table(r, policy, now).is_some() {
+                saved.push((policy, *r));
+            }
+        }
+        put_u32(out, saved.len() as u32);
+        let mut states = 0;
+        for (policy, r) in saved {
+            put_numbers(out, policy);
+            let at = out.len();
+            put_u32(out, 0);
+            let n = match &self.tables[r.index] {
+                Some(held) => held.table.save(out),
+                None => 0,
+            };
+            out[at..at + 4].copy_from_slice(&n.to_le_bytes());
+            states += u64::from(n);
+            let penalties: Vec<(Fingerprint, Micros)> = self
+                .penalties
+                .iter()
+                .filter(|((i, id, _), _)| (*i, *id) == (r.index, r.id))
+                .map(|((_, _, fp), end)| (*fp, *end))
+                .collect();
+            put_u32(out, penalties.len() as u32);
+            for (fp, end) in penalties {
+                put_u64(out, fp.bits());
+                put_u64(out, end);
+            }
+        }
+        states
+    }
+
+    /// Restores a key's override from a snapshot.
+    pub(crate) fn restore_override(
+        &mut self,
+        fp: Fingerprint,
+        policy: &str,
+        value: Option<Override>,
+        written: Option<Arc<Policy>>,
+    ) {
+        self.overrides.entry(fp).or_default().push(KeyOverride {
+            policy: policy.into(),
+            value,
+            effective: None,
+            written,
+        });
+    }
+
+    /// Restores one state from a snapshot (see [`PolicyTable::load_entry`]); `None` when
+    /// the bytes are not one. Within the shard's bound.
+    pub(crate) fn load_entry(
+        &mut self,
+        r: &PolicyRef,
+        policy: &Policy,
+        fp: Fingerprint,
+        input: &mut &[u8],
+        now: Micros,
+    ) -> Option<bool> {
+        let pinned = overridden(&self.overrides, policy.name(), fp);
+        let full = self.count >= self.cap;
+        let table = self.table(r, policy, now)?;
+        if full {
+            // Still read it, to move on to the next one.
+            let mut scratch = table_for(policy, 1);
+            return scratch.load_entry(fp, input, now, pinned).map(|_| false);
+        }
+        let kept = table.load_entry(fp, input, now, pinned)?;
+        if kept {
+            self.count += 1;
+        }
+        Some(kept)
+    }
+
+    /// Restores a running penalty from a snapshot (an ended one is dropped).
+    pub(crate) fn restore_penalty(
+        &mut self,
+        r: &PolicyRef,
+        fp: Fingerprint,
+        end: Micros,
+        now: Micros,
+    ) {
+        if end > now {
+            self.start_penalty((r.index, r.id, fp), end, now);
+        }
+    }
+
     /// Incremental expiry on one policy's table.
     pub(crate) fn sweep(&mut self, index: usize, now: Micros) {
         let overrides = &self.overrides;
@@ -472,9 +618,9 @@ impl StoreShard {
     pub(crate) fn drop_policy(&mut self, index: usize, id: u64) {
         self.penalties
             .retain(|(i, held, _), _| (*i, *held) != (index, id));
-        if let Some(slot) = self.tables.get_mut(index)
-            && matches!(slot, Some(held) if held.id == id)
-            && let Some(held) = slot.take()
+        if let Some(cell) = self.tables.get_mut(index)
+            && matches!(cell, Some(held) if held.id == id)
+            && let Some(held) = cell.take()
         {
             self.count -= held.table.len();
         }
@@ -491,7 +637,7 @@ mod tests {
 
     /// A full shard of 63 live states and one expired state: a new key evicts the expired
     /// one, although the CLOCK alone would almost surely pick a live one (every reference
-    /// bit is set, so its victim is simply the first slot).
+    /// bit is set, so its victim is simply the first cell).
     #[test]
     fn make_room_takes_expired_state_first() {
         let t0 = 1_700_000_000_000_000;

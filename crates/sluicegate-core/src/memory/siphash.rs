@@ -11,6 +11,13 @@ pub(crate) struct Sip<const C: usize, const D: usize> {
     k1: u64,
 }
 
+impl<const C: usize, const D: usize> Sip<C, D> {
+    /// The key, to be written into a snapshot (fingerprints depend on it).
+    pub(crate) fn key(&self) -> (u64, u64) {
+        (self.k0, self.k1)
+    }
+}
+
 #[inline(always)]
 fn round(v: &mut [u64; 4]) {
     v[0] = v[0].wrapping_add(v[1]);

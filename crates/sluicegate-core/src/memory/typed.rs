@@ -7,6 +7,7 @@ use crate::decision::Decision;
 use crate::policy::Policy;
 
 use super::fingerprint::Fingerprint;
+use super::persist::{Persist, put_u64};
 use super::raw::RawTable;
 
 /// One policy's states in one shard, whatever its algorithm.
@@ -72,10 +73,23 @@ pub(crate) trait PolicyTable: Send {
     /// Drops the sampled state whose loss admits the fewest extra requests at `now`,
     /// sparing `protected` (see `RawTable::drop_cheapest`).
     fn drop_cheapest(&mut self, now: Micros, protected: &dyn Fn(Fingerprint) -> bool) -> bool;
-    /// Bytes of slots allocated.
+    /// Bytes of cells allocated.
     fn allocated_bytes(&self) -> usize;
-    /// Bytes held: the slots and what the states keep on the heap (sliding logs, leases).
+    /// Bytes held: the cells and what the states keep on the heap (sliding logs, leases).
     fn bytes(&self) -> usize;
+    /// Appends every entry (fingerprint, state) to a snapshot; returns how many.
+    fn save(&self, out: &mut Vec<u8>) -> u32;
+    /// Reads one entry's state from a snapshot and keeps it under `fp` unless it expired by
+    /// `now` (not asked for a `pinned` key, whose override's numbers date it), or the table
+    /// is full, or `fp` is already there; `None` when the bytes are not a state of this
+    /// algorithm.
+    fn load_entry(
+        &mut self,
+        fp: Fingerprint,
+        input: &mut &[u8],
+        now: Micros,
+        pinned: bool,
+    ) -> Option<bool>;
 }
 
 /// The numbers a key's state is kept and decided under: `None` for the table's own (its
@@ -117,7 +131,10 @@ pub(crate) fn table_for(policy: &Policy, max_len: usize) -> Box<dyn PolicyTable>
         as Box<dyn PolicyTable>)
 }
 
-impl<A: Algorithm + From<Quota>> PolicyTable for TypedTable<A> {
+impl<A: Algorithm + From<Quota>> PolicyTable for TypedTable<A>
+where
+    A::State: Persist,
+{
     fn evaluate(
         &mut self,
         fp: Fingerprint,
@@ -270,6 +287,38 @@ impl<A: Algorithm + From<Quota>> PolicyTable for TypedTable<A> {
 
     fn bytes(&self) -> usize {
         self.raw.bytes()
+    }
+
+    fn save(&self, out: &mut Vec<u8>) -> u32 {
+        let mut n = 0;
+        self.raw.for_each(|fp, state| {
+            put_u64(out, fp.bits());
+            state.put(out);
+            n += 1;
+        });
+        n
+    }
+
+    fn load_entry(
+        &mut self,
+        fp: Fingerprint,
+        input: &mut &[u8],
+        now: Micros,
+        pinned: bool,
+    ) -> Option<bool> {
+        let state = A::State::take(input)?;
+        let idle = if pinned {
+            Micros::MAX
+        } else {
+            self.alg.idle_at(&state)
+        };
+        if idle <= now || self.raw.is_full() || self.raw.find(fp).is_some() {
+            return Some(false);
+        }
+        let i = self.raw.insert(fp);
+        self.raw.update(i, |cell| *cell = state);
+        self.raw.note_idle_at(idle);
+        Some(true)
     }
 }
 

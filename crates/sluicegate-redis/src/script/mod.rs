@@ -81,11 +81,13 @@ pub(crate) fn settle_invocation<'s>(
     let real = s
         .real
         .min(s.estimate.saturating_add(crate::range::EXACT_BOUND));
-    inv.key(marker)
-        .arg(s.expires_at)
-        .arg(s.admitted_at)
-        .arg(s.estimate)
-        .arg(real);
+    inv.key(marker);
+    if s.id.is_empty() {
+        inv.arg("");
+    } else {
+        inv.arg(s.expires_at);
+    }
+    inv.arg(s.admitted_at).arg(s.estimate).arg(real);
     let host_now =
         now.unwrap_or_else(|| sluicegate_core::Clock::now(&sluicegate_core::SystemClock));
     for (item, remaining) in items {

@@ -5,7 +5,8 @@
 -- KEYS[1]  the reservation's one-time marker (same hash tag as the state keys)
 -- KEYS[2…] one state key per policy, in order
 -- ARGV[1]  "" (the Redis server's time) or, in test builds, a caller's time in µs
--- ARGV[2]  expires_at µs: after it the reservation cannot be settled
+-- ARGV[2]  expires_at µs: after it the reservation cannot be settled ("": no expiry and
+--          no marker)
 -- ARGV[3]  admitted_at µs, ARGV[4] the estimate, ARGV[5] the real cost
 -- then     per policy 9 fields: algorithm (1..7), limit, period, burst (as entry.lua
 --          receives them), remaining right after admission, the raw limit and period, the
@@ -15,14 +16,17 @@
 local CONSTRUCTORS = { fixed_window, sliding_log, sliding_window, token_bucket, leaky_bucket, gcra, concurrency }
 
 local now = script_now()
-local expires_at = tonumber(ARGV[2])
-if now >= expires_at then
-  return 2
-end
--- The marker lives until the reservation expires: a replay meanwhile finds it.
-local marked = redis.call('SET', KEYS[1], '1', 'NX', 'PX', ttl_ms(expires_at, now))
-if not marked then
-  return 1
+-- ARGV[2] "" settles without expiry or marker (a caller that settles once by construction).
+if ARGV[2] ~= '' then
+  local expires_at = tonumber(ARGV[2])
+  if now >= expires_at then
+    return 2
+  end
+  -- The marker lives until the reservation expires: a replay meanwhile finds it.
+  local marked = redis.call('SET', KEYS[1], '1', 'NX', 'PX', ttl_ms(expires_at, now))
+  if not marked then
+    return 1
+  end
 end
 
 local admitted = { at = tonumber(ARGV[3]), estimate = tonumber(ARGV[4]) }

@@ -56,7 +56,7 @@ impl Modify for AdminToken {
 /// the header pair `server.forward_auth_source` names and the `server.client_ip_header`.
 #[utoipa::path(get, path = "/openapi.json", tag = "meta",
     responses((status = 200, description = "This API's OpenAPI 3 description")))]
-pub async fn openapi_json(State(state): State<AppState>) -> Json<utoipa::openapi::OpenApi> {
+pub async fn openapi_json(State(state): State<AppState>) -> Json<serde_json::Value> {
     let mut doc = ApiDoc::openapi();
     let server = &state.runtime().config.server;
     let renames: [(&str, &str); 3] = match server.forward_auth_source {
@@ -90,7 +90,27 @@ pub async fn openapi_json(State(state): State<AppState>) -> Json<utoipa::openapi
             }
         }
     }
-    Json(doc)
+    let mut json = serde_json::to_value(doc).unwrap_or_default();
+    add_conditions(&mut json);
+    Json(json)
+}
+
+/// Rules between fields that utoipa's derive cannot write: a `reserve` asks for a cost of at
+/// least 1 (a reservation of nothing would let its settle charge nothing). JSON Schema's
+/// `if`/`then`, so that a client (and schemathesis) knows the request before sending it.
+fn add_conditions(json: &mut serde_json::Value) {
+    if let Some(check) = json.pointer_mut("/components/schemas/CheckBody")
+        && let Some(check) = check.as_object_mut()
+    {
+        check.insert(
+            "if".into(),
+            serde_json::json!({"properties": {"reserve": {"const": true}}, "required": ["reserve"]}),
+        );
+        check.insert(
+            "then".into(),
+            serde_json::json!({"properties": {"cost": {"minimum": 1}}}),
+        );
+    }
 }
 
 fn client_ip_header(header: ClientIpHeader) -> &'static str {

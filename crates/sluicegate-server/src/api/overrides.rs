@@ -20,12 +20,17 @@ use crate::state::AppState;
 #[serde(deny_unknown_fields)]
 pub struct OverrideBody {
     /// The key's limit (requests per period; concurrency: in flight).
-    #[schema(minimum = 1)]
+    #[serde(deserialize_with = "super::types::exact_whole_number")]
+    #[schema(minimum = 1, maximum = 9007199254740992_u64)]
     pub limit: u64,
     /// The key's burst (bucket algorithms); default: the policy's, or the new limit where
     /// the policy's burst is its limit.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(minimum = 1)]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "super::types::optional_exact_whole_number"
+    )]
+    #[schema(minimum = 1, maximum = 9007199254740992_u64)]
     pub burst: Option<u64>,
     /// The key's period, e.g. `"1h"`; default: the policy's. Not for calendar or
     /// concurrency policies.
@@ -89,7 +94,6 @@ pub async fn put_override(
         .parse(&policy)
         .map_err(|e| ApiError::invalid(format!("override of {:?}: {e}", policy.name())))?;
     state
-        .store
         .set_override(&policy, &key, Some(value))
         .await
         .map_err(|e| store_error(&e))?;
@@ -153,7 +157,6 @@ pub async fn delete_override(
 ) -> Result<Response, ApiError> {
     let (policy, key) = target(&state, &headers, path)?;
     state
-        .store
         .set_override(&policy, &key, None)
         .await
         .map_err(|e| store_error(&e))?;

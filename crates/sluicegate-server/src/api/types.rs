@@ -52,29 +52,59 @@ fn one() -> u64 {
 /// A non-negative whole number, also when written `12.0`: JSON Schema's `integer` is any
 /// number without a fractional part, and a request valid by the spec is not refused.
 /// `1.5`, `-1` and numbers beyond 2^53 written as floats are errors.
-fn whole_number<'de, D: Deserializer<'de>>(deserializer: D) -> Result<u64, D::Error> {
-    struct Whole;
-    impl Visitor<'_> for Whole {
-        type Value = u64;
-        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-            f.write_str("a non-negative whole number")
-        }
-        fn visit_u64<E: de::Error>(self, v: u64) -> Result<u64, E> {
+pub(crate) fn whole_number<'de, D: Deserializer<'de>>(deserializer: D) -> Result<u64, D::Error> {
+    deserializer.deserialize_any(Whole { max: u64::MAX })
+}
+
+/// The largest whole number JSON carries exactly (2^53): the bound of an override's numbers,
+/// which every JSON client (and Redis's doubles) can hold.
+pub(crate) const EXACT_MAX: u64 = 9_007_199_254_740_992;
+
+/// [`whole_number`] at most [`EXACT_MAX`].
+pub(crate) fn exact_whole_number<'de, D: Deserializer<'de>>(
+    deserializer: D,
+) -> Result<u64, D::Error> {
+    deserializer.deserialize_any(Whole { max: EXACT_MAX })
+}
+
+/// [`exact_whole_number`] for an optional field.
+pub(crate) fn optional_exact_whole_number<'de, D: Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Option<u64>, D::Error> {
+    /// `null` stays "not given"; a number goes through [`exact_whole_number`].
+    #[derive(Deserialize)]
+    struct Exact(#[serde(deserialize_with = "exact_whole_number")] u64);
+    Ok(Option::<Exact>::deserialize(deserializer)?.map(|Exact(n)| n))
+}
+
+struct Whole {
+    max: u64,
+}
+
+impl Visitor<'_> for Whole {
+    type Value = u64;
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "a whole number from 0 to {}", self.max)
+    }
+    fn visit_u64<E: de::Error>(self, v: u64) -> Result<u64, E> {
+        if v <= self.max {
             Ok(v)
-        }
-        fn visit_i64<E: de::Error>(self, v: i64) -> Result<u64, E> {
-            u64::try_from(v).map_err(|_| E::custom("cost must not be negative"))
-        }
-        fn visit_f64<E: de::Error>(self, v: f64) -> Result<u64, E> {
-            const EXACT: f64 = 9_007_199_254_740_992.0; // 2^53
-            if v.fract() == 0.0 && (0.0..=EXACT).contains(&v) {
-                Ok(v as u64)
-            } else {
-                Err(E::custom("cost must be a non-negative whole number"))
-            }
+        } else {
+            Err(E::custom(format_args!("{v} is above {}", self.max)))
         }
     }
-    deserializer.deserialize_any(Whole)
+    fn visit_i64<E: de::Error>(self, v: i64) -> Result<u64, E> {
+        let v = u64::try_from(v).map_err(|_| E::custom("must not be negative"))?;
+        self.visit_u64(v)
+    }
+    fn visit_f64<E: de::Error>(self, v: f64) -> Result<u64, E> {
+        const EXACT: f64 = 9_007_199_254_740_992.0; // 2^53
+        if v.fract() == 0.0 && (0.0..=EXACT).contains(&v) {
+            self.visit_u64(v as u64)
+        } else {
+            Err(E::custom("must be a non-negative whole number"))
+        }
+    }
 }
 
 /// `POST /v1/check` batch body: independent decisions, answered in order.
@@ -170,7 +200,7 @@ pub struct PolicyResult {
     pub reset_after_ms: u64,
     /// When denied: milliseconds until this request's cost would be admitted; else null.
     pub retry_after_ms: Option<u64>,
-    /// Delay mode only: milliseconds the caller must wait before going ahead (its slot is
+    /// Delay mode only: milliseconds the caller must wait before going ahead (its turn is
     /// reserved). Absent when there is nothing to wait for.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub delay_ms: Option<u64>,

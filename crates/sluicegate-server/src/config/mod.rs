@@ -77,7 +77,7 @@ pub struct ServerConfig {
     pub api_token: Option<String>,
     /// Connection limits of the HTTP listeners (API and gateway).
     pub connections: ConnectionLimits,
-    /// Delay mode: requests waiting for their slot at once; beyond, rejected.
+    /// Delay mode: requests waiting for their turn at once; beyond, rejected.
     pub max_waiting: usize,
     /// Clients (CIDRs) never limited.
     pub allow: Vec<IpNet>,
@@ -185,7 +185,15 @@ pub struct StoreConfig {
     pub max_keys: usize,
     /// Bound on the memory store's limiter state, bytes (sliding logs included).
     pub max_memory: usize,
+    /// Memory store: where its state is written on shutdown and every `snapshot_interval`,
+    /// and read back at start (resolved against the config file's directory).
+    pub snapshot: Option<std::path::PathBuf>,
+    /// How often the snapshot is written.
+    pub snapshot_interval: Duration,
 }
+
+/// Default of `store.snapshot_interval`.
+pub const DEFAULT_SNAPSHOT_INTERVAL: Duration = Duration::from_secs(30);
 
 /// Default of `store.max_memory`: 512 MiB.
 pub const DEFAULT_MAX_MEMORY: usize = 512 * 1024 * 1024;
@@ -254,7 +262,8 @@ pub struct Overrides {
 }
 
 /// The gateway's default address when only `--upstream` is given.
-pub const DEFAULT_GATEWAY_LISTEN: &str = "127.0.0.1:8000";
+pub const DEFAULT_GATEWAY_LISTEN: SocketAddr =
+    SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST), 8000);
 
 /// The embedded default configuration, as TOML (also what `serve` runs without `--config`).
 pub const EMBEDDED_DEFAULT: &str = r#"# sluicegate's embedded default
@@ -301,7 +310,7 @@ impl Config {
     }
 
     /// Applies command-line flags.
-    pub fn apply(&mut self, overrides: &Overrides) -> Result<(), String> {
+    pub fn apply(&mut self, overrides: &Overrides) -> Result<(), crate::error::ServerError> {
         if let Some(listen) = overrides.listen {
             self.server.listen = listen;
         }
@@ -315,15 +324,15 @@ impl Config {
                 (Some(u), _) => u.clone(),
                 (None, Some(g)) => g.upstream.clone(),
                 (None, None) => {
-                    return Err("--gateway-listen needs --upstream or [gateway] upstream".into());
+                    return Err(crate::error::ServerError::Flags(
+                        "--gateway-listen needs --upstream or [gateway] upstream",
+                    ));
                 }
             };
             let listen = match (overrides.gateway_listen, &self.gateway) {
                 (Some(l), _) => l,
                 (None, Some(g)) => g.listen,
-                (None, None) => DEFAULT_GATEWAY_LISTEN
-                    .parse()
-                    .map_err(|e| format!("default gateway address: {e}"))?,
+                (None, None) => DEFAULT_GATEWAY_LISTEN,
             };
             let upstream_timeout = self
                 .gateway
@@ -343,12 +352,15 @@ impl Config {
             && self.store.url.is_none()
             && self.store.cluster.is_empty()
         {
-            return Err("[store] backend = \"redis\" needs url or cluster (or --redis URL)".into());
+            return Err(crate::error::ServerError::Flags(
+                "[store] backend = \"redis\" needs url or cluster (or --redis URL)",
+            ));
         }
         if self.store.backend == Backend::Redis {
             // `--redis` may have switched a memory config to Redis after parsing.
             for policy in &self.policies {
-                sluicegate_redis::check_policy(policy).map_err(|e| e.to_string())?;
+                sluicegate_redis::check_policy(policy)
+                    .map_err(crate::error::ServerError::OutOfRange)?;
             }
         }
         Ok(())
@@ -482,6 +494,22 @@ mod tests {
     }
 
     #[test]
+    fn pool_levels_keep_the_files_order() {
+        // The TOML table is read sorted by name; the scheduler's last tie-breaker is the
+        // level written first, so the file's order must survive.
+        let text =
+            "[[pools]]\nname = \"p\"\nconcurrency = 4\nlevels = { zeta = 1, alpha = 2, mid = 1 }\n";
+        let config = load(text, Path::new("t.toml")).unwrap();
+        let levels: Vec<(&str, u32)> = config.pools[0]
+            .spec()
+            .levels
+            .iter()
+            .map(|(l, s)| (l.as_str(), *s))
+            .collect();
+        assert_eq!(levels, [("zeta", 1), ("alpha", 2), ("mid", 1)]);
+    }
+
+    #[test]
     fn every_error_is_reported_with_its_place() {
         let text = "[server]\nlisten = \"nope\"\nbogus = 1\n\n[[policies]]\nname = \"a\"\nalgorithm = \"sliding_log\"\nlimit = 0\nperiod = \"1x\"\nmode = \"delay\"\n\n[[routes]]\npath = \"/\"\npolicies = [\"b\"]\n";
         let diags = load(text, Path::new("t.toml")).unwrap_err();
@@ -510,10 +538,7 @@ mod tests {
             .unwrap();
         assert_eq!(config.server.listen.port(), 9999);
         assert_eq!(config.store.backend, Backend::Redis);
-        assert_eq!(
-            config.gateway.unwrap().listen.to_string(),
-            DEFAULT_GATEWAY_LISTEN
-        );
+        assert_eq!(config.gateway.unwrap().listen, DEFAULT_GATEWAY_LISTEN);
         let mut config = Config::embedded();
         let only_listen = Overrides {
             gateway_listen: Some("127.0.0.1:1".parse().unwrap()),
@@ -554,6 +579,49 @@ mod tests {
         }
         let config = load("[store]\nmax_memory = 1048576\n", Path::new("t.toml")).unwrap();
         assert_eq!(config.store.max_memory, 1 << 20);
+    }
+
+    #[test]
+    fn snapshot_is_for_memory_and_relative_to_the_file() {
+        let config = load(
+            "[store]\nsnapshot = \"state.bin\"\nsnapshot_interval = \"5s\"\n",
+            Path::new("/etc/sg/t.toml"),
+        )
+        .unwrap();
+        assert_eq!(config.store.snapshot, Some("/etc/sg/state.bin".into()));
+        assert_eq!(config.store.snapshot_interval, Duration::from_secs(5));
+        let text =
+            "[store]\nbackend = \"redis\"\nurl = \"redis://127.0.0.1/0\"\nsnapshot = \"s\"\n";
+        let diags = load(text, Path::new("t.toml")).unwrap_err();
+        assert_eq!(diags.errors[0].line, 4);
+        assert!(diags.to_string().contains("snapshot is for"), "{diags}");
+    }
+
+    #[test]
+    fn overrides_are_checked_against_their_policy() {
+        let head = "[[policies]]\nname = \"api\"\nalgorithm = \"fixed_window\"\nlimit = 10\nperiod = \"1d\"\n";
+        let ok = format!("{head}[[overrides]]\npolicy = \"api\"\nkey = \"c-1\"\nlimit = 100\n");
+        let config = load(&ok, Path::new("t.toml")).unwrap();
+        assert_eq!(config.overrides[0].value.limit, 100);
+        for (bad, reason) in [
+            (
+                "policy = \"nope\"\nkey = \"k\"\nlimit = 1",
+                "unknown policy",
+            ),
+            (
+                "policy = \"api\"\nkey = \"k\"\nlimit = 0",
+                "limit must be at least 1",
+            ),
+            ("policy = \"api\"\nkey = \"\"\nlimit = 5", "key must be"),
+            (
+                "policy = \"api\"\nkey = \"k\"\nlimit = 5\ncolor = 1",
+                "unknown field",
+            ),
+        ] {
+            let text = format!("{head}[[overrides]]\n{bad}\n");
+            let diags = load(&text, Path::new("t.toml")).unwrap_err();
+            assert!(diags.to_string().contains(reason), "{bad}: {diags}");
+        }
     }
 
     #[test]

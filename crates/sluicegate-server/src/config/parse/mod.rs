@@ -68,6 +68,8 @@ const STORE: &[&str] = &[
     "timeout",
     "max_keys",
     "max_memory",
+    "snapshot",
+    "snapshot_interval",
 ];
 const POLICY: &[&str] = &[
     "name",
@@ -95,6 +97,9 @@ const ROUTE: &[&str] = &[
     "pool",
     "level",
     "weight",
+    "cost",
+    "settle",
+    "count",
 ];
 const POOL: &[&str] = &[
     "name",
@@ -142,7 +147,7 @@ pub(super) fn parse(text: &str, path: &Path) -> Result<(Config, Vec<PolicySpec>)
     let server = r.section(&root, "server").map(|(t, _)| t);
     let server = r.server(server);
     let store = r.section(&root, "store").map(|(t, _)| t);
-    let store = r.store(store);
+    let store = r.store(store, path);
     let policies = r.policies(root.get("policies"));
     if let Some(store) = &store {
         r.store_can_decide(store, &policies);
@@ -353,7 +358,7 @@ impl Reader<'_> {
     }
 
     /// A size in bytes: a string with a unit (`"512MiB"`) or a whole number; at least 64 KiB,
-    /// below which a store could not hold one shard's slots.
+    /// below which a store could not hold one shard's cells.
     fn bytes(&mut self, t: &DeTable<'_>, key: &str, what: &str) -> Option<usize> {
         const LEAST: usize = 64 * 1024;
         let value = t.get(key)?;

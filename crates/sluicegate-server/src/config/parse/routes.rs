@@ -50,6 +50,7 @@ impl Reader<'_> {
         let case_insensitive = self
             .get::<bool>(t, "case_insensitive", what)
             .is_some_and(Spanned::into_inner);
+        let (cost, settle, count) = self.route_response(t, names.as_ref(), policies);
         let plain = |list: &Spanned<Vec<Spanned<String>>>| -> Vec<String> {
             list.get_ref().iter().map(|s| s.get_ref().clone()).collect()
         };
@@ -70,6 +71,9 @@ impl Reader<'_> {
             weight,
             allow,
             deny,
+            cost,
+            settle,
+            count,
         };
         let names = names?;
         let places = Places {
@@ -89,6 +93,49 @@ impl Reader<'_> {
             .iter()
             .all(|n| policies.iter().any(|(p, _)| p.name() == n));
         (self.c_len() == before && resolved).then_some(spec)
+    }
+
+    /// The route's `cost`, `settle` and `count` (response-aware routes), each checked
+    /// where it is written: a cost every policy can admit, a settle source, a count.
+    fn route_response(
+        &mut self,
+        t: &DeTable<'_>,
+        names: Option<&Spanned<Vec<Spanned<String>>>>,
+        policies: &[(Arc<Policy>, Range<usize>)],
+    ) -> (Option<u64>, Option<String>, Option<String>) {
+        let cost = self.get::<u64>(t, "cost", "route").and_then(|cost| {
+            let named: Vec<Arc<Policy>> = policies
+                .iter()
+                .filter(|(p, _)| {
+                    names.is_some_and(|n| n.get_ref().iter().any(|n| n.get_ref() == p.name()))
+                })
+                .map(|(p, _)| Arc::clone(p))
+                .collect();
+            match sluicegate_middleware::settle::check_cost(*cost.get_ref(), &named) {
+                Ok(()) => Some(cost.into_inner()),
+                Err(e) => {
+                    self.c.error(cost.span(), e);
+                    None
+                }
+            }
+        });
+        let mut text = |key: &str, check: fn(&str) -> Result<(), String>| {
+            let value = self.get::<String>(t, key, "route")?;
+            match check(value.get_ref()) {
+                Ok(()) => Some(value.into_inner()),
+                Err(e) => {
+                    self.c.error(value.span(), e);
+                    None
+                }
+            }
+        };
+        let settle = text("settle", |s| {
+            s.parse::<sluicegate_middleware::SettleFrom>().map(drop)
+        });
+        let count = text("count", |s| {
+            s.parse::<sluicegate_middleware::Count>().map(drop)
+        });
+        (cost, settle, count)
     }
 
     /// The route's `key`, parsed: `None` (reported) when it is not a key.

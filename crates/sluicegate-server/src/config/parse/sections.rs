@@ -187,7 +187,11 @@ impl Reader<'_> {
         }
     }
 
-    pub(super) fn store(&mut self, table: Option<&DeTable<'_>>) -> Option<StoreConfig> {
+    pub(super) fn store(
+        &mut self,
+        table: Option<&DeTable<'_>>,
+        path: &Path,
+    ) -> Option<StoreConfig> {
         let mut store = StoreConfig {
             backend: Backend::Memory,
             url: None,
@@ -196,6 +200,8 @@ impl Reader<'_> {
             timeout: Duration::from_millis(50),
             max_keys: DEFAULT_MAX_KEYS,
             max_memory: crate::config::DEFAULT_MAX_MEMORY,
+            snapshot: None,
+            snapshot_interval: crate::config::DEFAULT_SNAPSHOT_INTERVAL,
         };
         let Some(t) = table else {
             return Some(store);
@@ -246,7 +252,30 @@ impl Reader<'_> {
         if let Some(max) = self.bytes(t, "max_memory", what) {
             store.max_memory = max;
         }
+        self.snapshot(t, path, &mut store);
         Some(store)
+    }
+
+    /// `snapshot` and `snapshot_interval`: the memory store's only (Redis keeps its state).
+    fn snapshot(&mut self, t: &DeTable<'_>, path: &Path, store: &mut StoreConfig) {
+        let what = "[store]";
+        if let Some(interval) = self.duration(t, "snapshot_interval", what) {
+            store.snapshot_interval = interval;
+        }
+        let Some(file) = self.get::<String>(t, "snapshot", what) else {
+            return;
+        };
+        if store.backend != Backend::Memory {
+            self.c.error(
+                file.span(),
+                "snapshot is for backend = \"memory\"; Redis keeps its own state",
+            );
+        } else if file.get_ref().trim().is_empty() {
+            self.c.error(file.span(), "snapshot must name a file");
+        } else {
+            let base = path.parent().unwrap_or_else(|| Path::new(""));
+            store.snapshot = Some(base.join(file.get_ref()));
+        }
     }
 
     pub(super) fn gateway(&mut self, t: &DeTable<'_>, span: Range<usize>) -> Option<GatewayConfig> {
