@@ -74,6 +74,10 @@ pub struct ValidateArgs {
     /// The TOML configuration to check.
     #[arg(long, value_name = "FILE")]
     pub config: PathBuf,
+    /// The configuration running now: also say what replacing it by `--config` does to each
+    /// policy's counts (new numbers keep what keys used; a new algorithm starts afresh).
+    #[arg(long, value_name = "FILE")]
+    pub against: Option<PathBuf>,
 }
 
 /// `sluicegate simulate`: the simulator's own flags (see `docs/simulate.md`).
@@ -112,7 +116,10 @@ pub fn validate(args: &ValidateArgs) -> ExitCode {
                 config.policies.len(),
                 config.routes.len()
             );
-            ExitCode::SUCCESS
+            match &args.against {
+                Some(running) => say_counting_changes(running, &config),
+                None => ExitCode::SUCCESS,
+            }
         }
         Err(diags) => {
             eprintln!("{diags}");
@@ -125,6 +132,30 @@ pub fn validate(args: &ValidateArgs) -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// `validate --against RUNNING`: one line per policy whose counting the new file changes.
+fn say_counting_changes(running: &std::path::Path, new: &Config) -> ExitCode {
+    let running = match Config::from_file(running) {
+        Ok(config) => config,
+        Err(diags) => {
+            eprintln!("{diags}");
+            eprintln!(
+                "{}: the running configuration is not valid",
+                running.display()
+            );
+            return ExitCode::FAILURE;
+        }
+    };
+    for change in crate::reload::counting_changes(&running, new) {
+        let level = if change.starts_afresh {
+            "warning"
+        } else {
+            "note"
+        };
+        println!("{level}: {change}");
+    }
+    ExitCode::SUCCESS
 }
 
 /// Logs to stderr; the level comes from `RUST_LOG` (default `info`).

@@ -134,26 +134,71 @@ pub fn reload(path: &Path, text: &str, overrides: &Overrides, state: &AppState) 
 /// Says what a reload does to each edited policy's state: new numbers keep what every key
 /// has used; a new algorithm starts every key afresh (a warning, naming the policy).
 fn log_counting_changes(running: &Config, new: &Config) {
-    for old in &running.policies {
-        let Some(now) = new.policy(old.name()) else {
-            continue;
-        };
-        if now.algorithm() != old.algorithm() {
-            tracing::warn!(
-                policy = old.name(),
-                "policy {:?}: algorithm changed from {} to {}; every key of it starts afresh",
-                old.name(),
-                old.algorithm(),
-                now.algorithm()
-            );
-        } else if now.counting_key() != old.counting_key() {
-            tracing::info!(
-                policy = old.name(),
-                "policy {:?}: limit, burst, period or calendar changed; every key keeps what it has used",
-                old.name()
-            );
+    for change in counting_changes(running, new) {
+        if change.starts_afresh {
+            tracing::warn!(policy = %change.policy, "{change}");
+        } else {
+            tracing::info!(policy = %change.policy, "{change}");
         }
     }
+}
+
+/// What replacing `running` by `new` does to one policy's counts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CountingChange {
+    /// The policy's name.
+    pub policy: String,
+    /// Its algorithm changed: every key of it starts afresh. Otherwise only its numbers
+    /// (limit, burst, period, calendar) changed, and every key keeps what it has used.
+    pub starts_afresh: bool,
+    /// `algorithm changed from X to Y`, when it did.
+    pub algorithms: Option<(String, String)>,
+}
+
+impl std::fmt::Display for CountingChange {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.algorithms {
+            Some((from, to)) => write!(
+                f,
+                "policy {:?}: algorithm changed from {from} to {to}; every key of it starts afresh",
+                self.policy
+            ),
+            None => write!(
+                f,
+                "policy {:?}: limit, burst, period or calendar changed; every key keeps what it has used",
+                self.policy
+            ),
+        }
+    }
+}
+
+/// The policies of both configurations whose counting differs, in `running`'s order: one
+/// rule for the reload log and for `sluicegate validate --against`.
+pub fn counting_changes(running: &Config, new: &Config) -> Vec<CountingChange> {
+    running
+        .policies
+        .iter()
+        .filter_map(|old| {
+            let now = new.policy(old.name())?;
+            let policy = old.name().to_owned();
+            if now.algorithm() != old.algorithm() {
+                let algorithms = Some((old.algorithm().to_string(), now.algorithm().to_string()));
+                Some(CountingChange {
+                    policy,
+                    starts_afresh: true,
+                    algorithms,
+                })
+            } else if now.counting_key() != old.counting_key() {
+                Some(CountingChange {
+                    policy,
+                    starts_afresh: false,
+                    algorithms: None,
+                })
+            } else {
+                None
+            }
+        })
+        .collect()
 }
 
 /// Listeners and the store cannot change without a restart: keep the running ones, say so.

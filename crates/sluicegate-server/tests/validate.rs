@@ -502,3 +502,47 @@ period = "1s"
         "{err}"
     );
 }
+
+/// `validate --against RUNNING` says what a reload would do to each edited policy's counts:
+/// new numbers keep usage, a new algorithm starts afresh (a warning naming the policy).
+#[test]
+fn against_the_running_file_it_says_which_policies_start_afresh() {
+    let policy = |name: &str, algorithm: &str, limit: u32| {
+        format!(
+            "[[policies]]\nname = \"{name}\"\nalgorithm = \"{algorithm}\"\nlimit = {limit}\nperiod = \"1d\"\n\n"
+        )
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let running = [
+        policy("daily", "fixed_window", 100),
+        policy("burst", "token_bucket", 10),
+        policy("same", "gcra", 5),
+    ]
+    .concat();
+    let new = [
+        policy("daily", "fixed_window", 1000),
+        policy("burst", "gcra", 10),
+        policy("same", "gcra", 5),
+    ]
+    .concat();
+    let running = write(dir.path(), "running.toml", &running);
+    let new = write(dir.path(), "new.toml", &new);
+    let out = Command::new(sluicegate_bin!())
+        .args(["validate", "--config"])
+        .arg(&new)
+        .arg("--against")
+        .arg(&running)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let lines: Vec<&str> = stdout.lines().skip(1).collect();
+    assert_eq!(
+        lines,
+        [
+            "note: policy \"daily\": limit, burst, period or calendar changed; every key keeps what it has used",
+            "warning: policy \"burst\": algorithm changed from token_bucket to gcra; every key of it starts afresh",
+        ],
+        "{stdout}"
+    );
+}
