@@ -104,8 +104,11 @@ async fn rss_stays_flat_without_a_scrape_in_envoy_mode() {
         end as f64 / 1048576.0,
         grown as f64 / 1048576.0
     );
+    // Without the metrics upkeep the same run grows about 5.2 MiB; with it, 0.6-1.8 MiB was
+    // seen (the allocator's own noise across tokio's worker threads). 3 MiB separates the two
+    // without failing on that noise (1.5 MiB did, once, in a CI run).
     assert!(
-        grown < 3 << 19,
+        grown < 3 << 20,
         "RSS grew by {grown} bytes over {MEASURED} calls"
     );
 }
