@@ -10,12 +10,13 @@
 //! names no upstream address (the log does).
 
 use crate::error::ServerError;
+use std::future::Future;
+use std::io::Write as _;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use axum::Router;
 use axum::body::Body;
-use axum::extract::{ConnectInfo, Request, State};
+use axum::extract::Request;
 use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use hyper_util::client::legacy::Client;
@@ -37,8 +38,13 @@ use crate::state::AppState;
 /// How long connecting to the upstream may take before the gateway answers 502.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// One worker's gateway, shared by its connections. Behind one `Arc` per worker, so a
+/// request clones one reference that only this thread touches, instead of the shared
+/// state's references, whose counts the two workers' cores would pass back and forth.
 #[derive(Clone)]
-struct Gateway {
+struct Gateway(Arc<Worker>);
+
+struct Worker {
     state: AppState,
     client: Client<HttpConnector, Body>,
 }
@@ -194,17 +200,21 @@ async fn worker(
     let client = Client::builder(TokioExecutor::new())
         .pool_idle_timeout(Duration::from_secs(30))
         .build(connector);
-    let app = Router::new()
-        .fallback(proxy)
-        .with_state(Gateway { state, client });
+    let app = Gateway(Arc::new(Worker { state, client }));
     crate::conn::serve(listener, app, limits, permits, stop).await
 }
 
-async fn proxy(
-    State(gateway): State<Gateway>,
-    ConnectInfo(peer): ConnectInfo<SocketAddr>,
-    request: Request,
-) -> Response {
+impl crate::conn::App for Gateway {
+    fn call(
+        &self,
+        request: hyper::Request<hyper::body::Incoming>,
+        peer: SocketAddr,
+    ) -> impl Future<Output = Response> + Send + 'static + use<> {
+        proxy(self.clone(), peer, request.map(Body::new))
+    }
+}
+
+async fn proxy(Gateway(gateway): Gateway, peer: SocketAddr, request: Request) -> Response {
     let runtime = gateway.state.runtime();
     let Some((upstream, upstream_timeout)) = runtime
         .config
@@ -256,6 +266,10 @@ async fn proxy(
         tap = decision
             .after_response()
             .and_then(|(settler, after)| settler.on_head(&after, parts.status, &mut parts.headers));
+    }
+    if guard.is_none() && permit.is_none() && tap.is_none() {
+        // Nothing to release when the body ends: no wrapper to poll through.
+        return Response::from_parts(parts, Body::new(body));
     }
     Response::from_parts(
         parts,
@@ -310,6 +324,20 @@ fn after_response(decision: Option<&RateLimitDecision>, response: &mut Response)
 /// The upstream's scheme and authority, its base path, then the request's path and query.
 fn upstream_uri(upstream: &Uri, request: &Uri) -> Result<Uri, ApiError> {
     let base = upstream.path().trim_end_matches('/');
+    if base.is_empty()
+        && let Some(path_and_query) = request
+            .path_and_query()
+            .filter(|pq| pq.as_str().starts_with('/'))
+    {
+        // The common case, an upstream without a base path: the request's own path and
+        // query as parsed (shared, not copied), no text to format and parse again.
+        let mut parts = http::uri::Parts::default();
+        parts.scheme = upstream.scheme().cloned();
+        parts.authority = upstream.authority().cloned();
+        parts.path_and_query = Some(path_and_query.clone());
+        return Uri::from_parts(parts)
+            .map_err(|e| ApiError::invalid(format!("cannot forward this URI: {e}")));
+    }
     let path_and_query = request.path_and_query().map_or("/", |pq| pq.as_str());
     let mut builder = Uri::builder();
     if let Some(scheme) = upstream.scheme() {
@@ -326,6 +354,10 @@ fn upstream_uri(upstream: &Uri, request: &Uri) -> Result<Uri, ApiError> {
 
 /// Connection-specific headers (RFC 9110 §7.6.1), and those the `Connection` header names.
 fn strip_hop_by_hop(headers: &mut HeaderMap) {
+    // Most messages carry none: one pass over the names instead of nine hashed removals.
+    if !headers.keys().any(is_hop_by_hop) {
+        return;
+    }
     let named: Vec<HeaderName> = headers
         .get_all(header::CONNECTION)
         .iter()
@@ -336,19 +368,28 @@ fn strip_hop_by_hop(headers: &mut HeaderMap) {
     for name in named {
         headers.remove(name);
     }
-    for name in [
-        header::CONNECTION,
-        HeaderName::from_static("keep-alive"),
-        HeaderName::from_static("proxy-connection"),
-        header::PROXY_AUTHENTICATE,
-        header::PROXY_AUTHORIZATION,
-        header::TE,
-        header::TRAILER,
-        header::TRANSFER_ENCODING,
-        header::UPGRADE,
-    ] {
+    for name in HOP_BY_HOP {
         headers.remove(name);
     }
+}
+
+/// The connection-specific headers (RFC 9110 §7.6.1) removed from every message passed on.
+const HOP_BY_HOP: [HeaderName; 9] = [
+    header::CONNECTION,
+    HeaderName::from_static("keep-alive"),
+    HeaderName::from_static("proxy-connection"),
+    header::PROXY_AUTHENTICATE,
+    header::PROXY_AUTHORIZATION,
+    header::TE,
+    header::TRAILER,
+    header::TRANSFER_ENCODING,
+    header::UPGRADE,
+];
+
+/// Whether `name` is one of [`HOP_BY_HOP`] (`Connection` among them, so a message naming
+/// other headers in it takes the full path).
+fn is_hop_by_hop(name: &HeaderName) -> bool {
+    HOP_BY_HOP.contains(name)
 }
 
 /// One `X-Forwarded-For`: every line the client sent, in order, then the peer. A proxy that
@@ -362,8 +403,9 @@ fn forwarded_headers(headers: &mut HeaderMap, peer: SocketAddr, host: Option<Hea
             xff.extend_from_slice(b", ");
         }
     }
-    xff.extend_from_slice(peer.ip().to_string().as_bytes());
-    match HeaderValue::from_bytes(&xff) {
+    // Written into the buffer: no string of its own per request.
+    let _ = write!(xff, "{}", peer.ip());
+    match HeaderValue::from_maybe_shared(bytes::Bytes::from(xff)) {
         Ok(value) => {
             headers.insert("x-forwarded-for", value);
         }
@@ -436,6 +478,14 @@ mod tests {
         strip_hop_by_hop(&mut h);
         assert_eq!(h.len(), 1);
         assert!(h.contains_key("x-kept"));
+        // Each one alone goes too (the pass that skips messages without any of them).
+        for name in HOP_BY_HOP {
+            let mut h = HeaderMap::new();
+            h.insert(name.clone(), HeaderValue::from_static("1"));
+            h.insert("x-kept", HeaderValue::from_static("1"));
+            strip_hop_by_hop(&mut h);
+            assert_eq!(h.len(), 1, "{name} stayed");
+        }
     }
 
     #[test]
