@@ -232,26 +232,37 @@ impl<C: Clock> MemoryStore<C> {
         fp.shard(self.shards.len())
     }
 
-    /// One policy: one lock, one allocation (the verdict's list of decisions).
+    /// One policy: one lock, one probe of the key's cells, no allocation. A key with an
+    /// override, a policy with a penalty, or a new key in a full shard take the general
+    /// steps (evaluate, then commit), as several policies do.
     fn decide_one(&self, item: &KeyedCheck<'_>, now: Micros) -> Verdict {
         let r = self.registry.get_or_add(item.policy);
         let fp = self.hasher.fingerprint(item.key);
-        let mut shard = self.shards[self.shard_of(fp)].lock();
-        let mut target = Target {
-            r,
-            policy: item.policy,
-            fp,
-            numbers: None,
+        let decision = {
+            let mut shard = self.shards[self.shard_of(fp)].lock();
+            let mut target = Target {
+                r,
+                policy: item.policy,
+                fp,
+                numbers: None,
+            };
+            let numbers = shard.resolve(&target, now);
+            target.numbers = numbers.as_deref();
+            match shard.check_one(&target, now, item.cost) {
+                Some(decision) => decision,
+                None => {
+                    let decision = shard.evaluate(target, now, item.cost);
+                    // One policy: it consumes iff it admits (a shadow denial takes nothing).
+                    if decision.allowed {
+                        shard.commit(target, now, item.cost, &decision, &|_, _| false);
+                    }
+                    shard.sweep(r.index, now);
+                    decision
+                }
+            }
         };
-        let numbers = shard.resolve(&target, now);
-        target.numbers = numbers.as_deref();
-        let decision = shard.evaluate(target, now, item.cost);
         let mut verdict = Verdict::combine_one(Arc::clone(item.policy), decision);
         verdict.at = now;
-        if verdict.consumes(0) {
-            shard.commit(target, now, item.cost, &decision, &|_, _| false);
-        }
-        shard.sweep(r.index, now);
         verdict
     }
 
