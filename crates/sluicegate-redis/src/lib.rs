@@ -47,6 +47,7 @@ mod link;
 mod range;
 mod script;
 mod store;
+mod synced;
 
 pub use cache::LOCAL_CACHE_CAPACITY;
 pub use coalesce::MAX_IN_FLIGHT;
@@ -55,3 +56,6 @@ pub use keys::{override_key, placed_override_key, placed_state_key, state_key};
 pub use link::OUTAGE_REPLIES;
 pub use range::{EXACT_BOUND, check_policy};
 pub use store::{BATCH_CHUNK, METRIC_DURATION, METRIC_ERRORS, PROBE_INTERVAL, RedisStore};
+pub use synced::{
+    METRIC_SYNC, METRIC_SYNC_DROPPED, SYNC_MAX, SYNC_MIN, SyncOptions, SyncedStore, check_synced,
+};

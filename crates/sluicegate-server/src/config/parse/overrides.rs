@@ -71,6 +71,13 @@ impl Reader<'_> {
                     continue;
                 }
             };
+            if store.is_some_and(|s| s.sync.is_some()) {
+                self.c.error(
+                    span.clone(),
+                    "overrides are not supported with store.sync (each instance decides from its own copy of the counts)",
+                );
+                continue;
+            }
             if store.is_some_and(|s| s.backend == Backend::Redis)
                 && let Ok(numbers) = policy.with_override(&value)
                 && let Err(e) = sluicegate_redis::check_policy(&numbers)
