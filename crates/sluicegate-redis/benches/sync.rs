@@ -178,11 +178,14 @@ fn main() {
         let exact: Arc<dyn Store> = Arc::new(RedisStore::connect(config.clone()).await.unwrap());
         config.key_prefix = "sync".into();
         let options = SyncOptions::new(SYNC, 1_000_000);
-        let synced: Arc<dyn Store> =
-            Arc::new(SyncedStore::connect(config, options).await.unwrap());
+        let synced: Arc<dyn Store> = Arc::new(SyncedStore::connect(config, options).await.unwrap());
         (exact, synced)
     });
-    let keys = Arc::new((0..keyspace).map(|i| format!("key-{i}")).collect::<Vec<_>>());
+    let keys = Arc::new(
+        (0..keyspace)
+            .map(|i| format!("key-{i}"))
+            .collect::<Vec<_>>(),
+    );
     let mut phases: [Vec<Phase>; 2] = [Vec::new(), Vec::new()];
     for round in 0..rounds {
         let e = measure(port, seconds, || {
@@ -203,7 +206,13 @@ fn main() {
         phases[1].push(s);
     }
     let [exact, synced] = phases;
-    let ratio = median(synced.iter().zip(&exact).map(|(s, e)| s.rate / e.rate).collect());
+    let ratio = median(
+        synced
+            .iter()
+            .zip(&exact)
+            .map(|(s, e)| s.rate / e.rate)
+            .collect(),
+    );
     let cpu_ratio = median(
         synced
             .iter()
@@ -216,7 +225,10 @@ fn main() {
         "| what ({keyspace} keys, {TASKS} tasks, median of {rounds} rounds × {seconds} s) | decisions/s | redis-server CPU µs/decision | client CPU µs/decision |"
     );
     println!("|---|---:|---:|---:|");
-    for (name, of) in [("exact (RedisStore)", &exact), ("store.sync = 100ms (SyncedStore)", &synced)] {
+    for (name, of) in [
+        ("exact (RedisStore)", &exact),
+        ("store.sync = 100ms (SyncedStore)", &synced),
+    ] {
         println!(
             "| {name} | {:.0} | {:.3} | {:.2} |",
             column(of, |p| p.rate),

@@ -17,7 +17,11 @@
 //!   [`PROBE_INTERVAL`] of Redis answering. The store reports errors; callers apply the
 //!   policy's `on_store_error`.
 //!
-//! It is not a cache in front of another store, and it does not decide what happens when
+//! For fleets past what one Redis core decides exactly, [`SyncedStore`] (`store.sync`)
+//! decides locally and exchanges window counts with Redis every interval, with a bounded
+//! over-admission (see its module documentation and docs/redis.md).
+//!
+//! [`RedisStore`] is not a cache in front of another store, and it does not decide what happens when
 //! Redis fails: that is the caller's `on_store_error`.
 //!
 //! ```no_run

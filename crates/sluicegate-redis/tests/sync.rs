@@ -11,8 +11,7 @@ use std::time::Duration;
 
 use proptest::prelude::*;
 use sluicegate_core::{
-    AlgorithmKind, CheckRequest, Clock, ManualClock, MemoryStore, Micros, Policy, Store,
-    StoreError,
+    AlgorithmKind, CheckRequest, Clock, ManualClock, MemoryStore, Micros, Policy, Store, StoreError,
 };
 use sluicegate_redis::{RedisConfig, SyncOptions, SyncedStore};
 use sluicegate_testkit::{RedisCluster, RedisServer, eventually, shared_policy};
@@ -235,8 +234,14 @@ async fn refuses_what_it_cannot_count() {
         AlgorithmKind::SlidingLog,
     ] {
         let p = [shared_policy("p", kind, 10, MINUTE)];
-        let error = store.check(CheckRequest::new(&p, "k", 1)).await.unwrap_err();
-        assert!(matches!(error, StoreError::Unsupported(_)), "{kind}: {error}");
+        let error = store
+            .check(CheckRequest::new(&p, "k", 1))
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(error, StoreError::Unsupported(_)),
+            "{kind}: {error}"
+        );
     }
 }
 
@@ -277,7 +282,10 @@ async fn compare(server: &RedisServer, steps: &[(u64, u64, bool)], sliding: bool
             store.sync_now().await.unwrap();
         }
         let synced = store.check(CheckRequest::new(&p, "k", cost)).await.unwrap();
-        let exact = memory.check(CheckRequest::new(&p, "k", cost)).await.unwrap();
+        let exact = memory
+            .check(CheckRequest::new(&p, "k", cost))
+            .await
+            .unwrap();
         assert_eq!(synced.allowed, exact.allowed, "at {}", clock.now() - start);
         assert_eq!(synced.decisions[0].decision, exact.decisions[0].decision);
     }

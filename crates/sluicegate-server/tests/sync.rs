@@ -60,7 +60,11 @@ period = "1d"
     let path = write(dir.path(), "sync.toml", &config);
     let a = Sluicegate::start(sluicegate_bin!(), &["--config", path.to_str().unwrap()]);
     let b = Sluicegate::start(sluicegate_bin!(), &["--config", path.to_str().unwrap()]);
-    assert!(a.banner.contains("local-first, sync every 20ms"), "{}", a.banner);
+    assert!(
+        a.banner.contains("local-first, sync every 20ms"),
+        "{}",
+        a.banner
+    );
     let client = Client::new();
 
     // Under the limit nothing races: each server sees the other's admissions after an
@@ -82,7 +86,11 @@ period = "1d"
     // and at most N × limit = 80 (each server within the limit by itself).
     let mut tasks = tokio::task::JoinSet::new();
     for i in 0..240 {
-        let url = if i % 2 == 0 { a.url("/v1/check") } else { b.url("/v1/check") };
+        let url = if i % 2 == 0 {
+            a.url("/v1/check")
+        } else {
+            b.url("/v1/check")
+        };
         let client = client.clone();
         tasks.spawn(async move {
             let r = client
@@ -98,7 +106,10 @@ period = "1d"
     while let Some(allowed) = tasks.join_next().await {
         admitted += u64::from(allowed.unwrap());
     }
-    assert!((LIMIT..=2 * LIMIT).contains(&admitted), "admitted {admitted}");
+    assert!(
+        (LIMIT..=2 * LIMIT).contains(&admitted),
+        "admitted {admitted}"
+    );
     for server in [&a, &b] {
         eventually("both servers see the key full", || async {
             remaining(&client, server, "race").await == 0

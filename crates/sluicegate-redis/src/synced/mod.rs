@@ -195,7 +195,9 @@ impl SyncedStore {
         let inner = Arc::new(Synced {
             redis,
             script: Script::new(include_str!("../script/sync.lua")),
-            shards: (0..SHARDS).map(|_| Mutex::new(Shard::new(per_shard))).collect(),
+            shards: (0..SHARDS)
+                .map(|_| Mutex::new(Shard::new(per_shard)))
+                .collect(),
             completed: AtomicU64::new(0),
             exchanging: tokio::sync::Mutex::new(()),
             clock: options.clock,
@@ -555,7 +557,10 @@ impl Synced {
             .inner()
             .link
             .run(move |mut conn| async move {
-                redis::cmd("DEL").arg(&keys).query_async::<()>(&mut conn).await
+                redis::cmd("DEL")
+                    .arg(&keys)
+                    .query_async::<()>(&mut conn)
+                    .await
             })
             .await
     }
@@ -590,9 +595,7 @@ impl Store for SyncedStore {
     ) -> BoxFuture<'a, Result<Verdict, StoreError>> {
         Box::pin(async move {
             KeyedCheck::validate_all(items)?;
-            let parts = items
-                .iter()
-                .map(|i| (i.policy, i.key, i.placement, i.cost));
+            let parts = items.iter().map(|i| (i.policy, i.key, i.placement, i.cost));
             let items = self.inner.items(parts)?;
             self.inner.check(&items).await
         })
@@ -606,7 +609,9 @@ impl Store for SyncedStore {
     ) -> BoxFuture<'a, Result<(), StoreError>> {
         Box::pin(async move {
             CheckRequest::new(policies, key, cost).validate()?;
-            let items = self.inner.items(policies.iter().map(|p| (p, key, None, cost)))?;
+            let items = self
+                .inner
+                .items(policies.iter().map(|p| (p, key, None, cost)))?;
             self.inner.refund(&items);
             Ok(())
         })
@@ -618,9 +623,7 @@ impl Store for SyncedStore {
     ) -> BoxFuture<'a, Result<(), StoreError>> {
         Box::pin(async move {
             KeyedCheck::validate_all(items)?;
-            let parts = items
-                .iter()
-                .map(|i| (i.policy, i.key, i.placement, i.cost));
+            let parts = items.iter().map(|i| (i.policy, i.key, i.placement, i.cost));
             let items = self.inner.items(parts)?;
             self.inner.refund(&items);
             Ok(())

@@ -338,7 +338,13 @@ mod tests {
         let mut e = Entry::new(&p, now, &[], 0);
         e.admit(now, 4);
         let (carried, dropped) = e.take(now);
-        assert_eq!(carried, vec![Carried { index: 100, delta: 4 }]);
+        assert_eq!(
+            carried,
+            vec![Carried {
+                index: 100,
+                delta: 4
+            }]
+        );
         assert_eq!(dropped, 0);
         e.admit(now, 1);
         assert_eq!(e.count(100), 5, "sent but unacknowledged still counts");
@@ -348,7 +354,13 @@ mod tests {
         let (carried, _) = e.take(now);
         e.restore(100, carried[0].delta);
         assert_eq!(e.count(100), 10, "a failed exchange keeps the count");
-        assert_eq!(e.take(now).0, vec![Carried { index: 100, delta: 1 }]);
+        assert_eq!(
+            e.take(now).0,
+            vec![Carried {
+                index: 100,
+                delta: 1
+            }]
+        );
     }
 
     #[test]
@@ -357,7 +369,10 @@ mod tests {
         let now = 100 * S;
         let mut e = Entry::new(&p, now, &[(99, 0), (100, 0)], 0);
         e.admit(now, 10);
-        assert!(!decide(&p, Some(&e), now + S, 1).allowed, "previous weighs fully");
+        assert!(
+            !decide(&p, Some(&e), now + S, 1).allowed,
+            "previous weighs fully"
+        );
         let (carried, _) = e.take(now + S);
         let mut carried: Vec<(u64, u64)> = carried.iter().map(|c| (c.index, c.delta)).collect();
         carried.sort_unstable();
@@ -387,7 +402,11 @@ mod tests {
         shard.map.insert("a".into(), e);
         assert!(!shard.room(0), "its admission is not in Redis yet");
         let (carried, _) = shard.map.get_mut("a").unwrap().take(0);
-        shard.map.get_mut("a").unwrap().apply(0, carried[0].delta, 1, 1);
+        shard
+            .map
+            .get_mut("a")
+            .unwrap()
+            .apply(0, carried[0].delta, 1, 1);
         assert!(shard.room(0));
         assert!(shard.map.is_empty());
     }

@@ -417,7 +417,10 @@ impl StoreConfig {
                     ),
                 };
                 let sync = match self.sync {
-                    Some(every) => format!(", local-first, sync every {}", humantime::format_duration(every)),
+                    Some(every) => format!(
+                        ", local-first, sync every {}",
+                        humantime::format_duration(every)
+                    ),
                     None => String::new(),
                 };
                 format!(

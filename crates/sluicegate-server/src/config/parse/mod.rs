@@ -217,8 +217,10 @@ impl Reader<'_> {
             if store.sync.is_some()
                 && let Err(reason) = sluicegate_redis::check_synced(policy)
             {
-                self.c
-                    .error(span.clone(), format!("policy {:?}: {reason}", policy.name()));
+                self.c.error(
+                    span.clone(),
+                    format!("policy {:?}: {reason}", policy.name()),
+                );
             }
         }
     }
