@@ -111,7 +111,14 @@ const POOL: &[&str] = &[
     "max_wait",
     "levels",
 ];
-const GATEWAY: &[&str] = &["listen", "upstream", "upstream_timeout"];
+const GATEWAY: &[&str] = &[
+    "listen",
+    "upstream",
+    "upstream_timeout",
+    "tls_cert",
+    "tls_key",
+    "upstream_ca",
+];
 const ENVOY: &[&str] = &[
     "listen",
     "config",
@@ -158,7 +165,7 @@ pub(super) fn parse(text: &str, path: &Path) -> Result<(Config, Vec<PolicySpec>)
     let routes = r.routes(root.get("routes"), &policies, &pools);
     let gateway = r
         .section(&root, "gateway")
-        .and_then(|(t, s)| r.gateway(t, s));
+        .and_then(|(t, s)| r.gateway(t, s, path));
     let envoy = r
         .section(&root, "envoy")
         .map(|(t, _)| r.envoy(t, path, &policies));
@@ -415,9 +422,9 @@ pub fn parse_upstream(text: &str) -> Result<http::Uri, String> {
     let uri: http::Uri = text
         .parse()
         .map_err(|e| format!("invalid upstream URL {text:?}: {e}"))?;
-    if uri.scheme_str() != Some("http") || uri.authority().is_none() {
+    if !matches!(uri.scheme_str(), Some("http" | "https")) || uri.authority().is_none() {
         return Err(format!(
-            "invalid upstream URL {text:?}: write http://host:port (https upstreams are not supported; terminate TLS in front)"
+            "invalid upstream URL {text:?}: write http://host:port or https://host:port"
         ));
     }
     Ok(uri)
