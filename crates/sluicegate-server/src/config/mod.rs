@@ -190,6 +190,9 @@ pub struct StoreConfig {
     pub snapshot: Option<std::path::PathBuf>,
     /// How often the snapshot is written.
     pub snapshot_interval: Duration,
+    /// Redis only: decide locally and exchange counts with Redis at this interval
+    /// (`sluicegate_redis::SyncedStore`); `None` decides exactly in Redis.
+    pub sync: Option<Duration>,
 }
 
 /// Default of `store.snapshot_interval`.
@@ -440,8 +443,15 @@ impl StoreConfig {
                             .join(", ")
                     ),
                 };
+                let sync = match self.sync {
+                    Some(every) => format!(
+                        ", local-first, sync every {}",
+                        humantime::format_duration(every)
+                    ),
+                    None => String::new(),
+                };
                 format!(
-                    "redis {target} (key_prefix {}, timeout {})",
+                    "redis {target} (key_prefix {}, timeout {}{sync})",
                     self.key_prefix,
                     humantime::format_duration(self.timeout)
                 )

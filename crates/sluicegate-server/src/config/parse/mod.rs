@@ -70,6 +70,7 @@ const STORE: &[&str] = &[
     "max_memory",
     "snapshot",
     "snapshot_interval",
+    "sync",
 ];
 const POLICY: &[&str] = &[
     "name",
@@ -219,6 +220,14 @@ impl Reader<'_> {
         for (policy, span) in policies {
             if let Err(e) = sluicegate_redis::check_policy(policy) {
                 self.c.error(span.clone(), e.to_string());
+            }
+            if store.sync.is_some()
+                && let Err(reason) = sluicegate_redis::check_synced(policy)
+            {
+                self.c.error(
+                    span.clone(),
+                    format!("policy {:?}: {reason}", policy.name()),
+                );
             }
         }
     }

@@ -202,6 +202,7 @@ impl Reader<'_> {
             max_memory: crate::config::DEFAULT_MAX_MEMORY,
             snapshot: None,
             snapshot_interval: crate::config::DEFAULT_SNAPSHOT_INTERVAL,
+            sync: None,
         };
         let Some(t) = table else {
             return Some(store);
@@ -253,7 +254,35 @@ impl Reader<'_> {
             store.max_memory = max;
         }
         self.snapshot(t, path, &mut store);
+        self.sync(t, &mut store);
         Some(store)
+    }
+
+    /// `sync`: Redis only, between `SYNC_MIN` and `SYNC_MAX` (which policies it can decide
+    /// is checked with the policies, `store_can_decide`).
+    fn sync(&mut self, t: &DeTable<'_>, store: &mut StoreConfig) {
+        let Some(text) = self.get::<String>(t, "sync", "[store]") else {
+            return;
+        };
+        let (min, max) = (sluicegate_redis::SYNC_MIN, sluicegate_redis::SYNC_MAX);
+        let error = match parse_duration(text.get_ref()) {
+            Err(e) => Some(e.to_string()),
+            Ok(_) if store.backend != Backend::Redis => Some(
+                "sync is for backend = \"redis\": the memory store is already local".to_owned(),
+            ),
+            Ok(d) if d < min || d > max => Some(format!(
+                "sync must be between {} and {}",
+                humantime::format_duration(min),
+                humantime::format_duration(max)
+            )),
+            Ok(d) => {
+                store.sync = Some(d);
+                None
+            }
+        };
+        if let Some(message) = error {
+            self.c.error(text.span(), message);
+        }
     }
 
     /// `snapshot` and `snapshot_interval`: the memory store's only (Redis keeps its state).
