@@ -87,14 +87,12 @@ async fn serve(
         api_app(&state, dashboard),
         limits,
         crate::conn::permits(&limits),
+        None,
         stop_rx.clone(),
     ));
     if let Some((listeners, gateway)) = gateway {
-        println!(
-            "  gateway http://{} -> {}",
-            listeners.local_addr(),
-            gateway.upstream
-        );
+        let (scheme, addr) = (gateway.scheme(), listeners.local_addr());
+        println!("  gateway {scheme}://{addr} -> {}", gateway.upstream);
         let running = crate::gateway::start(listeners, state.clone(), stop_rx.clone()).await?;
         tasks.spawn(running);
     }
