@@ -190,6 +190,9 @@ pub struct StoreConfig {
     pub snapshot: Option<std::path::PathBuf>,
     /// How often the snapshot is written.
     pub snapshot_interval: Duration,
+    /// Redis only: decide locally and exchange counts with Redis at this interval
+    /// (`sluicegate_redis::SyncedStore`); `None` decides exactly in Redis.
+    pub sync: Option<Duration>,
 }
 
 /// Default of `store.snapshot_interval`.
@@ -237,10 +240,35 @@ pub fn parse_bytes(text: &str) -> Result<usize, String> {
 pub struct GatewayConfig {
     /// Where the proxy listens.
     pub listen: SocketAddr,
-    /// The `http://host:port` everything is forwarded to.
+    /// The `http://host:port` or `https://host:port` everything is forwarded to.
     pub upstream: http::Uri,
     /// Longest wait for the upstream's response head; then 504.
     pub upstream_timeout: Duration,
+    /// `tls_cert` + `tls_key`: serve the gateway over TLS with this certificate.
+    pub tls: Option<crate::tls::GatewayTls>,
+    /// `upstream_ca`: the roots an `https://` upstream is checked against (default: the
+    /// system's).
+    pub upstream_ca: Option<crate::tls::UpstreamCa>,
+}
+
+impl GatewayConfig {
+    /// `https` when the gateway serves TLS, else `http`.
+    pub fn scheme(&self) -> &'static str {
+        if self.tls.is_some() { "https" } else { "http" }
+    }
+
+    /// The files this section reads (certificate, key, CA): the reload watcher re-reads the
+    /// configuration when one of them changes.
+    pub fn files(&self) -> Vec<&Path> {
+        let mut files = Vec::new();
+        if let Some(tls) = &self.tls {
+            files.extend([tls.cert.as_path(), tls.key.as_path()]);
+        }
+        if let Some(ca) = &self.upstream_ca {
+            files.push(ca.path.as_path());
+        }
+        files
+    }
 }
 
 /// Default of `gateway.upstream_timeout`.
@@ -334,14 +362,16 @@ impl Config {
                 (None, Some(g)) => g.listen,
                 (None, None) => DEFAULT_GATEWAY_LISTEN,
             };
-            let upstream_timeout = self
-                .gateway
-                .as_ref()
-                .map_or(DEFAULT_UPSTREAM_TIMEOUT, |g| g.upstream_timeout);
+            let (upstream_timeout, tls, upstream_ca) = match &self.gateway {
+                Some(g) => (g.upstream_timeout, g.tls.clone(), g.upstream_ca.clone()),
+                None => (DEFAULT_UPSTREAM_TIMEOUT, None, None),
+            };
             self.gateway = Some(GatewayConfig {
                 listen,
                 upstream,
                 upstream_timeout,
+                tls,
+                upstream_ca,
             });
         }
         if let Some(listen) = overrides.envoy_listen {
@@ -413,8 +443,15 @@ impl StoreConfig {
                             .join(", ")
                     ),
                 };
+                let sync = match self.sync {
+                    Some(every) => format!(
+                        ", local-first, sync every {}",
+                        humantime::format_duration(every)
+                    ),
+                    None => String::new(),
+                };
                 format!(
-                    "redis {target} (key_prefix {}, timeout {})",
+                    "redis {target} (key_prefix {}, timeout {}{sync})",
                     self.key_prefix,
                     humantime::format_duration(self.timeout)
                 )

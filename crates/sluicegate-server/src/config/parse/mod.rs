@@ -70,6 +70,7 @@ const STORE: &[&str] = &[
     "max_memory",
     "snapshot",
     "snapshot_interval",
+    "sync",
 ];
 const POLICY: &[&str] = &[
     "name",
@@ -110,7 +111,14 @@ const POOL: &[&str] = &[
     "max_wait",
     "levels",
 ];
-const GATEWAY: &[&str] = &["listen", "upstream", "upstream_timeout"];
+const GATEWAY: &[&str] = &[
+    "listen",
+    "upstream",
+    "upstream_timeout",
+    "tls_cert",
+    "tls_key",
+    "upstream_ca",
+];
 const ENVOY: &[&str] = &[
     "listen",
     "config",
@@ -157,7 +165,7 @@ pub(super) fn parse(text: &str, path: &Path) -> Result<(Config, Vec<PolicySpec>)
     let routes = r.routes(root.get("routes"), &policies, &pools);
     let gateway = r
         .section(&root, "gateway")
-        .and_then(|(t, s)| r.gateway(t, s));
+        .and_then(|(t, s)| r.gateway(t, s, path));
     let envoy = r
         .section(&root, "envoy")
         .map(|(t, _)| r.envoy(t, path, &policies));
@@ -212,6 +220,14 @@ impl Reader<'_> {
         for (policy, span) in policies {
             if let Err(e) = sluicegate_redis::check_policy(policy) {
                 self.c.error(span.clone(), e.to_string());
+            }
+            if store.sync.is_some()
+                && let Err(reason) = sluicegate_redis::check_synced(policy)
+            {
+                self.c.error(
+                    span.clone(),
+                    format!("policy {:?}: {reason}", policy.name()),
+                );
             }
         }
     }
@@ -406,9 +422,9 @@ pub fn parse_upstream(text: &str) -> Result<http::Uri, String> {
     let uri: http::Uri = text
         .parse()
         .map_err(|e| format!("invalid upstream URL {text:?}: {e}"))?;
-    if uri.scheme_str() != Some("http") || uri.authority().is_none() {
+    if !matches!(uri.scheme_str(), Some("http" | "https")) || uri.authority().is_none() {
         return Err(format!(
-            "invalid upstream URL {text:?}: write http://host:port (https upstreams are not supported; terminate TLS in front)"
+            "invalid upstream URL {text:?}: write http://host:port or https://host:port"
         ));
     }
     Ok(uri)
