@@ -256,7 +256,8 @@ impl Verdict {
         } else {
             0
         };
-        let decisions = decided
+        // Collected into a `Vec` first: it reuses `decided`'s allocation.
+        let decisions: Vec<PolicyDecision> = decided
             .into_iter()
             .map(|(policy, mut decision, cost)| {
                 if !allowed && decision.allowed {
@@ -277,7 +278,7 @@ impl Verdict {
         Verdict {
             allowed,
             delay,
-            decisions,
+            decisions: decisions.into(),
             at: 0,
         }
     }

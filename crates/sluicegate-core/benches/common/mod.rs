@@ -182,6 +182,46 @@ impl Subject for Store {
     }
 }
 
+/// The general path: two token-bucket policies on one key (all-or-nothing), as
+/// `probe_store_check` of the sluicegate-bench callgrind probe has it.
+struct Store2 {
+    store: MemoryStore<Tsc>,
+    policies: [Arc<Policy>; 2],
+}
+
+impl Store2 {
+    fn new() -> Self {
+        let named = |name: &str| {
+            Policy::builder(
+                name,
+                AlgorithmKind::TokenBucket,
+                1,
+                Duration::from_secs(3600),
+            )
+            .burst(u64::from(BURST))
+            .build()
+            .expect("valid policy")
+        };
+        Store2 {
+            store: MemoryStore::with_clock(4_000_000, Tsc::new()),
+            policies: [Arc::new(named("api")), Arc::new(named("day"))],
+        }
+    }
+}
+
+impl Subject for Store2 {
+    #[inline]
+    fn check_id(&self, id: u64) -> bool {
+        let mut buf = [0u8; 23];
+        let request = CheckRequest::new(&self.policies, key_text(id, &mut buf), 1);
+        self.store.check_now(request).is_ok_and(|v| v.allowed)
+    }
+
+    fn len(&self) -> usize {
+        self.store.len() / 2
+    }
+}
+
 struct GovString(governor::DefaultKeyedRateLimiter<String>);
 struct GovU64(governor::DefaultKeyedRateLimiter<u64>);
 
@@ -244,7 +284,7 @@ pub const GOVERNOR_U64: usize = 3;
 pub const HARNESS: usize = 5;
 
 /// The subjects, built lazily: a filtered-out benchmark never builds (nor fills) its own.
-pub const SUBJECTS: [(&str, Make); 6] = [
+pub const SUBJECTS: [(&str, Make); 7] = [
     ("sluicegate_gcra", || {
         Box::new(Ours::<Gcra>::new(AlgorithmKind::Gcra))
     }),
@@ -259,6 +299,9 @@ pub const SUBJECTS: [(&str, Make); 6] = [
     }),
     ("sluicegate_store_gcra", || Box::new(Store::new())),
     ("harness_only", || Box::new(Harness(Tsc::new()))),
+    ("sluicegate_store_2_token_buckets", || {
+        Box::new(Store2::new())
+    }),
 ];
 
 /// Builds a subject and checks every key once, so it holds the whole key set.
