@@ -330,3 +330,221 @@ max_wait = "10m"
     );
     assert_eq!(pool_level(&base, "in_flight").await, 0);
 }
+
+/// `POST {base}{path}` with a JSON body: the status and the body.
+async fn post(base: &str, path: &str, body: serde_json::Value) -> (u16, serde_json::Value) {
+    let response = reqwest::Client::new()
+        .post(format!("{base}{path}"))
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    let status = response.status().as_u16();
+    let text = response.text().await.unwrap();
+    (status, serde_json::from_str(&text).unwrap_or_default())
+}
+
+/// A reservation of `cost` on the token policy for `org`.
+async fn reserve(base: &str, cost: u64) -> String {
+    let (status, body) = post(
+        base,
+        "/v1/check",
+        serde_json::json!({"policy": "tokens", "key": "org", "cost": cost, "reserve": true}),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    body["reservation"].as_str().unwrap().to_owned()
+}
+
+async fn settle(base: &str, reservation: &str, cost: u64) -> (u16, serde_json::Value) {
+    post(
+        base,
+        "/v1/settle",
+        serde_json::json!({"reservation": reservation, "cost": cost}),
+    )
+    .await
+}
+
+async fn dashboard_data(base: &str) -> serde_json::Value {
+    reqwest::get(format!("{base}/dashboard/data"))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap()
+}
+
+/// Real leases (requests held at a gated upstream through the gateway, one taken and
+/// released through the API) and real settles (refund, charge, exact, replay, expired):
+/// the page shows the slots held per policy and key, read from the store, and the counts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dashboard_shows_leases_held_and_settle_activity() {
+    use std::sync::atomic::Ordering;
+    let Some(chromium) = program("chromium") else {
+        return;
+    };
+    let (upstream, gate, entered) = gated_upstream().await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("sluicegate.toml");
+    std::fs::write(
+        &config,
+        r#"
+[server]
+reservation_secret = "a secret of at least sixteen bytes"
+reservation_ttl = "1s"
+
+[[policies]]
+name = "inflight"
+algorithm = "concurrency"
+limit = 3
+lease = "10m"
+
+[[policies]]
+name = "tokens"
+algorithm = "token_bucket"
+limit = 1000
+period = "1m"
+
+[[routes]]
+path = "/"
+policies = ["inflight"]
+key = "header:x-client"
+
+[gateway]
+listen = "127.0.0.1:0"
+upstream = "http://127.0.0.1:1"
+"#,
+    )
+    .unwrap();
+    let server = Sluicegate::start(
+        sluicegate_bin!(),
+        &[
+            "--config",
+            config.to_str().unwrap(),
+            "--gateway-listen",
+            "127.0.0.1:0",
+            "--upstream",
+            &format!("http://{upstream}"),
+        ],
+    );
+    let base = server.url("");
+    let send = |client: &str| {
+        let (url, client) = (server.gateway_url("/report"), client.to_owned());
+        tokio::spawn(async move {
+            reqwest::Client::new()
+                .get(url)
+                .header("x-client", client)
+                .send()
+                .await
+                .unwrap()
+                .status()
+                .as_u16()
+        })
+    };
+    // alice fills her 3 slots, bob takes 1; alice's 4th is refused.
+    let held: Vec<_> = ["alice", "alice", "alice", "bob"]
+        .into_iter()
+        .map(send)
+        .collect();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while entered.load(Ordering::SeqCst) < 4 {
+        assert!(
+            Instant::now() < deadline,
+            "the 4 requests never reached the upstream"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(send("alice").await.unwrap(), 429);
+    // A lease through the API, released through the API.
+    let (status, body) = post(
+        &base,
+        "/v1/check",
+        serde_json::json!({"policy": "inflight", "key": "carol"}),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    let lease = body["lease"].as_str().unwrap().to_owned();
+    let (status, _) = post(&base, "/v1/release", serde_json::json!({"lease": lease})).await;
+    assert_eq!(status, 204);
+
+    // Settles: one gives back, one charges more, one is exact, a replay, an expiry.
+    let (r1, r2, r3, r4) = (
+        reserve(&base, 100).await,
+        reserve(&base, 100).await,
+        reserve(&base, 100).await,
+        reserve(&base, 100).await,
+    );
+    assert_eq!(settle(&base, &r1, 40).await.0, 200);
+    assert_eq!(settle(&base, &r2, 250).await.0, 200);
+    assert_eq!(settle(&base, &r3, 100).await.0, 200);
+    let (status, body) = settle(&base, &r1, 40).await;
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (409, Some("reservation_settled"))
+    );
+    // The contract is about time here: the reservation must outlive reservation_ttl.
+    tokio::time::sleep(Duration::from_millis(1_300)).await;
+    let (status, body) = settle(&base, &r4, 10).await;
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (409, Some("reservation_expired"))
+    );
+
+    let profile = dir.path().join("chromium-profile");
+    let url = format!("{base}/dashboard");
+    let dom = chromium_run(&chromium, &profile, &["--dump-dom"], &url);
+    for expected in [
+        r#"<tr data-lease-policy="inflight" data-in-flight="4" data-limit="3" data-keys-read="3">"#,
+        r#"<div data-lease-key="header:x-client:alice" data-policy="inflight" data-in-flight="3" data-limit="3">"#,
+        r#"<div data-lease-key="header:x-client:bob" data-policy="inflight" data-in-flight="1" data-limit="3">"#,
+        r#"data-settled="3" data-refunded="1" data-charged="1" data-replayed="1" data-expired="1" data-failed="0" data-releases="1""#,
+    ] {
+        assert!(
+            dom.contains(expected),
+            "the page lacks {expected:?}:\n{dom}"
+        );
+    }
+    assert!(
+        !dom.contains(r#"data-lease-key="carol""#),
+        "carol released hers"
+    );
+    let artifacts = Path::new(sluicegate_bin!())
+        .ancestors()
+        .nth(2)
+        .unwrap()
+        .join("test-artifacts");
+    std::fs::create_dir_all(&artifacts).unwrap();
+    chromium_run(
+        &chromium,
+        &profile,
+        &[
+            &format!(
+                "--screenshot={}",
+                artifacts.join("dashboard-leases.png").display()
+            ),
+            "--window-size=1280,1400",
+        ],
+        &url,
+    );
+
+    // The held requests end: their leases are released through the same store, the page's
+    // data says so (read from the store, not counted on the side).
+    gate.add_permits(100);
+    for status in futures_util::future::join_all(held).await {
+        assert_eq!(status.unwrap(), 200);
+    }
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let data = dashboard_data(&base).await;
+        let released = data["settles"]["releases"].as_u64().unwrap();
+        let in_flight = data["leases"][0]["in_flight"].as_u64().unwrap();
+        if released == 5 && in_flight == 0 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "releases {released}, in flight {in_flight}: {data}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
