@@ -169,7 +169,8 @@ pub(super) fn parse(text: &str, path: &Path) -> Result<(Config, Vec<PolicySpec>)
     let envoy = r
         .section(&root, "envoy")
         .map(|(t, _)| r.envoy(t, path, &policies));
-    if gateway.is_none() {
+    // An invalid [gateway] has its own errors; it still gives the routes a request's end.
+    if root.get("gateway").is_none() {
         r.concurrency_without_gateway();
     }
 
