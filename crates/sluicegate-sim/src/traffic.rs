@@ -110,9 +110,4 @@ impl Traffic {
     pub fn max_cost(&self) -> u64 {
         self.arrivals.iter().map(|a| a.cost).max().unwrap_or(0)
     }
-
-    /// Total cost offered.
-    pub fn offered_cost(&self) -> u64 {
-        self.arrivals.iter().map(|a| a.cost).sum()
-    }
 }
