@@ -39,7 +39,7 @@ use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 use tower::ServiceExt;
 
@@ -68,24 +68,13 @@ pub async fn serve(
     let stopped = crate::serve::stopped(stop);
     tokio::pin!(stopped);
     loop {
-        let permit = tokio::select! {
-            permit = Arc::clone(&permits).acquire_owned() => match permit {
-                Ok(permit) => permit,
-                Err(_) => break,
+        let (stream, peer, permit) = tokio::select! {
+            accepted = accept(&listener, &permits) => match accepted {
+                Some(accepted) => accepted,
+                None => break,
             },
             () = &mut stopped => break,
         };
-        let (stream, peer) = tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok(accepted) => accepted,
-                Err(e) => {
-                    accept_error(e).await;
-                    continue;
-                }
-            },
-            () = &mut stopped => break,
-        };
-        let _ = stream.set_nodelay(true);
         let activity = Arc::new(Activity::new());
         let io = Metered {
             inner: stream,
@@ -105,6 +94,31 @@ pub async fn serve(
     drop(listener);
     graceful.shutdown().await;
     Ok(())
+}
+
+/// The next connection within the budget `permits`: the permit is taken *before*
+/// `accept`, so beyond the bound new connections wait in the kernel's backlog instead of
+/// costing a task and a file descriptor each. An accept error (out of file descriptors, or
+/// another transient failure) is logged and retried after a pause instead of spinning on a
+/// listener that stays readable. `None` once the budget is closed. The API, gateway and
+/// Envoy listeners all accept through here.
+pub async fn accept(
+    listener: &TcpListener,
+    permits: &Arc<Semaphore>,
+) -> Option<(TcpStream, SocketAddr, OwnedSemaphorePermit)> {
+    let permit = Arc::clone(permits).acquire_owned().await.ok()?;
+    loop {
+        match listener.accept().await {
+            Ok((stream, peer)) => {
+                let _ = stream.set_nodelay(true);
+                return Some((stream, peer, permit));
+            }
+            Err(error) => {
+                tracing::warn!(%error, "accept failed; retrying");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    }
 }
 
 /// One accepted socket served to the end: the TLS handshake first when `tls` is set (a
@@ -166,13 +180,6 @@ where
 /// Marks a request that arrived over TLS (the gateway's `X-Forwarded-Proto: https`).
 #[derive(Debug, Clone, Copy)]
 pub struct Secure;
-
-/// Out of file descriptors (or another transient failure): wait a little instead of
-/// spinning on a listener that stays readable.
-async fn accept_error(error: io::Error) {
-    tracing::warn!(%error, "accept failed");
-    tokio::time::sleep(Duration::from_millis(50)).await;
-}
 
 /// One connection: HTTP/1.1 or HTTP/2 (upgrades allowed), its socket metered and each
 /// request tracked in `activity` for the watchdog; `secure` marks its requests [`Secure`].

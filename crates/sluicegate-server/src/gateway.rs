@@ -51,15 +51,18 @@ struct Gateway {
     upstream: Arc<ArcSwap<UpstreamClient>>,
 }
 
-/// A worker's connection pool to the upstream (`http://` or `https://`), and the
-/// `upstream_ca` it was made for (its file hash; `None`: the system's roots).
+/// A worker's connection pool to the upstream, and what it was made for: the
+/// `upstream_ca` (its file hash; `None`: the system's roots) and whether the upstream is
+/// `https://` (the system's roots are read only then).
 struct UpstreamClient {
-    ca: Option<u64>,
+    made_for: (Option<u64>, bool),
     client: Client<HttpsConnector<HttpConnector>, Body>,
 }
 
 impl UpstreamClient {
-    fn new(ca: Option<&crate::tls::UpstreamCa>) -> UpstreamClient {
+    fn new(config: Option<&crate::config::GatewayConfig>) -> UpstreamClient {
+        let made_for = made_for(config);
+        let ca = config.and_then(|g| g.upstream_ca.as_ref());
         let mut http = HttpConnector::new();
         http.set_connect_timeout(Some(CONNECT_TIMEOUT));
         http.set_nodelay(true);
@@ -67,32 +70,37 @@ impl UpstreamClient {
         // an https:// URI itself.
         http.enforce_http(false);
         let connector = hyper_rustls::HttpsConnectorBuilder::new()
-            .with_tls_config(crate::tls::upstream_client_config(ca))
+            .with_tls_config(crate::tls::upstream_client_config(ca, made_for.1))
             .https_or_http()
             .enable_http1()
             .wrap_connector(http);
         let client = Client::builder(TokioExecutor::new())
             .pool_idle_timeout(Duration::from_secs(30))
             .build(connector);
-        UpstreamClient {
-            ca: ca.map(|ca| ca.print),
-            client,
-        }
+        UpstreamClient { made_for, client }
     }
 }
 
+fn made_for(config: Option<&crate::config::GatewayConfig>) -> (Option<u64>, bool) {
+    let ca = config
+        .and_then(|g| g.upstream_ca.as_ref())
+        .map(|ca| ca.print);
+    let https = config.is_some_and(|g| g.upstream.scheme_str() == Some("https"));
+    (ca, https)
+}
+
 impl Gateway {
-    /// The client for the running configuration's `upstream_ca` (one comparison of a hash
-    /// on the request path; a new pool only after a reload that changed the CA).
+    /// The client for the running `[gateway]` (two comparisons on the request path; a new
+    /// pool only after a reload that changed `upstream_ca` or the upstream's scheme).
     fn client(
         &self,
-        ca: Option<&crate::tls::UpstreamCa>,
+        config: &crate::config::GatewayConfig,
     ) -> Client<HttpsConnector<HttpConnector>, Body> {
         let current = self.upstream.load();
-        if current.ca == ca.map(|ca| ca.print) {
+        if current.made_for == made_for(Some(config)) {
             return current.client.clone();
         }
-        let fresh = UpstreamClient::new(ca);
+        let fresh = UpstreamClient::new(Some(config));
         let client = fresh.client.clone();
         self.upstream.store(Arc::new(fresh));
         client
@@ -264,12 +272,8 @@ async fn worker(
     };
     let _ = ready.send(Ok(()));
     let runtime = state.runtime();
-    let ca = runtime
-        .config
-        .gateway
-        .as_ref()
-        .and_then(|g| g.upstream_ca.as_ref());
-    let upstream = Arc::new(ArcSwap::from_pointee(UpstreamClient::new(ca)));
+    let client = UpstreamClient::new(runtime.config.gateway.as_ref());
+    let upstream = Arc::new(ArcSwap::from_pointee(client));
     drop(runtime);
     let app = Router::new()
         .fallback(proxy)
@@ -287,7 +291,7 @@ async fn proxy(
         return bad_gateway();
     };
     let (upstream, upstream_timeout) = (config.upstream.clone(), config.upstream_timeout);
-    let client = gateway.client(config.upstream_ca.as_ref());
+    let client = gateway.client(config);
     let upgrade = crate::tunnel::client_upgrade(&mut request);
     let decision = runtime
         .limiter
@@ -310,7 +314,8 @@ async fn proxy(
     let response = match sent.await {
         Ok(Ok(response)) => response,
         Ok(Err(e)) => {
-            tracing::warn!(upstream = %upstream, error = %e, "upstream request failed");
+            let error = error_chain(&e);
+            tracing::warn!(upstream = %upstream, %error, "upstream request failed");
             let mut response = bad_gateway();
             after_response(decision.as_ref(), &mut response);
             return response;
@@ -500,6 +505,19 @@ fn gateway_timeout(permit: Option<sluicegate_middleware::PoolPermit>) -> Respons
         "the upstream did not answer in time",
     )
     .into_response()
+}
+
+/// An error with its causes (hyper's client says only "client error (Connect)"; the cause,
+/// such as a certificate the upstream's CA did not sign, is what an operator needs).
+fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut cause = error.source();
+    while let Some(e) = cause {
+        text.push_str(": ");
+        text.push_str(&e.to_string());
+        cause = e.source();
+    }
+    text
 }
 
 fn bad_gateway() -> Response {

@@ -244,19 +244,23 @@ impl rustls::server::ResolvesServerCert for RunningCert {
 }
 
 /// The client configuration for `https://` upstreams: `upstream_ca` when set, else the
-/// system's roots. No ALPN here: the connector offers HTTP/1.1 itself.
-pub fn upstream_client_config(ca: Option<&UpstreamCa>) -> rustls::ClientConfig {
+/// system's roots (read only when `https` says the upstream needs them: an `http://`
+/// gateway on a system without any must not warn). No ALPN here: the connector offers
+/// HTTP/1.1 itself.
+pub fn upstream_client_config(ca: Option<&UpstreamCa>, https: bool) -> rustls::ClientConfig {
     let roots = match ca {
         Some(ca) => Arc::clone(&ca.roots),
-        None => system_roots(),
+        None if https => system_roots(),
+        None => Arc::new(RootCertStore::empty()),
     };
     rustls::ClientConfig::builder()
         .with_root_certificates(roots)
         .with_no_client_auth()
 }
 
-/// The system's trusted roots, read once (`SSL_CERT_FILE`/`SSL_CERT_DIR` are honoured). A
-/// system without any is logged, and an `https://` upstream then answers 502.
+/// The system's trusted roots, read once, when first needed (`SSL_CERT_FILE`/`SSL_CERT_DIR`
+/// are honoured). A system without any is logged, and an `https://` upstream then
+/// answers 502.
 fn system_roots() -> Arc<RootCertStore> {
     static ROOTS: OnceLock<Arc<RootCertStore>> = OnceLock::new();
     Arc::clone(ROOTS.get_or_init(|| {

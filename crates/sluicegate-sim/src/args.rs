@@ -83,7 +83,7 @@ pub struct SimulateArgs {
     pub out: Option<PathBuf>,
     /// reject, delay or shadow. When comparing several algorithms in delay mode, the window
     /// algorithms, which cannot delay, reject.
-    #[arg(long, value_name = "MODE", value_parser = parse_mode)]
+    #[arg(long, value_name = "MODE", value_parser = str::parse::<Mode>)]
     pub mode: Option<Mode>,
     /// Delay mode: the longest wait; default: one period.
     #[arg(long, value_name = "DUR", value_parser = parse_duration)]
@@ -109,15 +109,6 @@ pub struct SimulateArgs {
 /// Reads a configuration file's `[[policies]]` as written, validated; the error is every
 /// mistake, one per line, with its place in the file.
 pub type PolicyReader = fn(&Path) -> Result<Vec<PolicySpec>, String>;
-
-fn parse_mode(text: &str) -> Result<Mode, String> {
-    match text {
-        "reject" => Ok(Mode::Reject),
-        "delay" => Ok(Mode::Delay),
-        "shadow" => Ok(Mode::Shadow),
-        _ => Err(format!("expected reject, delay or shadow, got {text:?}")),
-    }
-}
 
 /// The outcome of [`SimulateArgs::simulate`]: the traffic and what each policy did with it.
 #[derive(Debug, Clone)]

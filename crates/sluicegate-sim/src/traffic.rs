@@ -89,13 +89,6 @@ impl Traffic {
         self.arrivals
     }
 
-    /// Whether any request has a duration or a real cost.
-    pub fn has_model(&self) -> bool {
-        self.arrivals
-            .iter()
-            .any(|a| a.duration.is_some() || a.real.is_some())
-    }
-
     /// The client keys; [`Arrival::key`] indexes this.
     pub fn keys(&self) -> &[String] {
         &self.keys
@@ -109,10 +102,5 @@ impl Traffic {
     /// The largest cost of any request (0 when there are none).
     pub fn max_cost(&self) -> u64 {
         self.arrivals.iter().map(|a| a.cost).max().unwrap_or(0)
-    }
-
-    /// Total cost offered.
-    pub fn offered_cost(&self) -> u64 {
-        self.arrivals.iter().map(|a| a.cost).sum()
     }
 }
