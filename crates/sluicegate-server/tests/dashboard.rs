@@ -154,7 +154,8 @@ key = "ip"
     assert!(png.len() > 10_000, "a blank page? {} bytes", png.len());
 }
 
-/// An upstream that holds every request until the test adds a permit to its gate.
+/// An upstream that holds every request until the test adds a permit to its gate; but
+/// `/metered`, answered at once with the real cost of 4 in `x-real-cost`.
 async fn gated_upstream() -> (
     std::net::SocketAddr,
     std::sync::Arc<tokio::sync::Semaphore>,
@@ -165,14 +166,19 @@ async fn gated_upstream() -> (
     let gate = Arc::new(tokio::sync::Semaphore::new(0));
     let entered = Arc::new(AtomicUsize::new(0));
     let (g, e) = (Arc::clone(&gate), Arc::clone(&entered));
-    let app = axum::Router::new().fallback(move || {
-        let (gate, entered) = (Arc::clone(&g), Arc::clone(&e));
-        async move {
-            entered.fetch_add(1, Ordering::SeqCst);
-            gate.acquire().await.unwrap().forget();
-            "ok"
-        }
-    });
+    let app = axum::Router::new()
+        .route(
+            "/metered",
+            axum::routing::get(|| async { ([("x-real-cost", "4")], "ok") }),
+        )
+        .fallback(move || {
+            let (gate, entered) = (Arc::clone(&g), Arc::clone(&e));
+            async move {
+                entered.fetch_add(1, Ordering::SeqCst);
+                gate.acquire().await.unwrap().forget();
+                "ok"
+            }
+        });
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
@@ -375,7 +381,8 @@ async fn dashboard_data(base: &str) -> serde_json::Value {
 }
 
 /// Real leases (requests held at a gated upstream through the gateway, one taken and
-/// released through the API) and real settles (refund, charge, exact, replay, expired):
+/// released through the API) and real settles (through the API: refund, charge, exact,
+/// replay, expired; through the gateway: a route's `settle = "header:…"`):
 /// the page shows the slots held per policy and key, read from the store, and the counts.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dashboard_shows_leases_held_and_settle_activity() {
@@ -405,10 +412,23 @@ algorithm = "token_bucket"
 limit = 1000
 period = "1m"
 
+[[policies]]
+name = "metered"
+algorithm = "token_bucket"
+limit = 100
+period = "1m"
+
 [[routes]]
 path = "/"
 policies = ["inflight"]
 key = "header:x-client"
+
+[[routes]]
+path = "/metered"
+policies = ["metered"]
+key = "header:x-client"
+cost = 10
+settle = "header:x-real-cost"
 
 [gateway]
 listen = "127.0.0.1:0"
@@ -489,6 +509,25 @@ upstream = "http://127.0.0.1:1"
         (status, body["error"].as_str()),
         (409, Some("reservation_expired"))
     );
+    // A route's settle through the gateway: 10 charged, the upstream reports 4.
+    let metered = reqwest::Client::new()
+        .get(server.gateway_url("/metered"))
+        .header("x-client", "dave")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(metered.status(), 200);
+    assert!(metered.headers().get("x-real-cost").is_none(), "removed");
+    assert_eq!(metered.text().await.unwrap(), "ok");
+    // The gateway settles once the body has ended, in the background.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while dashboard_data(&base).await["settles"]["settled"] != 4 {
+        assert!(
+            Instant::now() < deadline,
+            "the gateway's settle was not counted"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 
     let profile = dir.path().join("chromium-profile");
     let url = format!("{base}/dashboard");
@@ -497,7 +536,7 @@ upstream = "http://127.0.0.1:1"
         r#"<tr data-lease-policy="inflight" data-in-flight="4" data-limit="3" data-keys-read="3">"#,
         r#"<div data-lease-key="header:x-client:alice" data-policy="inflight" data-in-flight="3" data-limit="3">"#,
         r#"<div data-lease-key="header:x-client:bob" data-policy="inflight" data-in-flight="1" data-limit="3">"#,
-        r#"data-settled="3" data-refunded="1" data-charged="1" data-replayed="1" data-expired="1" data-failed="0" data-releases="1""#,
+        r#"data-settled="4" data-refunded="2" data-charged="1" data-replayed="1" data-expired="1" data-failed="0" data-releases="1""#,
     ] {
         assert!(
             dom.contains(expected),

@@ -89,13 +89,6 @@ impl Traffic {
         self.arrivals
     }
 
-    /// Whether any request has a duration or a real cost.
-    pub fn has_model(&self) -> bool {
-        self.arrivals
-            .iter()
-            .any(|a| a.duration.is_some() || a.real.is_some())
-    }
-
     /// The client keys; [`Arrival::key`] indexes this.
     pub fn keys(&self) -> &[String] {
         &self.keys

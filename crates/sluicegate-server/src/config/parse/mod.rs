@@ -381,9 +381,10 @@ impl Reader<'_> {
         let value = t.get(key)?;
         let span = value.span();
         let parsed = match value.get_ref() {
-            DeValue::Integer(_) => self
-                .get::<u64>(t, key, what)
-                .map(|n| usize::try_from(*n.get_ref()).map_err(|_| "too large".to_owned())),
+            DeValue::Integer(_) => self.get::<u64>(t, key, what).map(|n| {
+                usize::try_from(*n.get_ref())
+                    .map_err(|_| super::SizeError::TooLarge(n.get_ref().to_string()))
+            }),
             _ => self
                 .get::<String>(t, key, what)
                 .map(|text| super::parse_bytes(text.get_ref())),
@@ -418,15 +419,30 @@ impl Reader<'_> {
     }
 }
 
-/// `http://host:port[/base]` for the gateway.
-pub fn parse_upstream(text: &str) -> Result<http::Uri, String> {
-    let uri: http::Uri = text
-        .parse()
-        .map_err(|e| format!("invalid upstream URL {text:?}: {e}"))?;
+/// Why a gateway `upstream` is not usable.
+#[derive(Debug, thiserror::Error)]
+pub enum UpstreamError {
+    /// Not a URI at all.
+    #[error("invalid upstream URL {text:?}: {source}")]
+    Syntax {
+        /// As written.
+        text: String,
+        /// What the URI parser said.
+        source: http::uri::InvalidUri,
+    },
+    /// A URI, but not `http://` or `https://` with a host.
+    #[error("invalid upstream URL {0:?}: write http://host:port or https://host:port")]
+    Scheme(String),
+}
+
+/// `http://host:port[/base]` or `https://…` for the gateway.
+pub fn parse_upstream(text: &str) -> Result<http::Uri, UpstreamError> {
+    let uri: http::Uri = text.parse().map_err(|source| UpstreamError::Syntax {
+        text: text.to_owned(),
+        source,
+    })?;
     if !matches!(uri.scheme_str(), Some("http" | "https")) || uri.authority().is_none() {
-        return Err(format!(
-            "invalid upstream URL {text:?}: write http://host:port or https://host:port"
-        ));
+        return Err(UpstreamError::Scheme(text.to_owned()));
     }
     Ok(uri)
 }

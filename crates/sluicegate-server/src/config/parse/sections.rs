@@ -327,7 +327,7 @@ impl Reader<'_> {
             .and_then(|u| match parse_upstream(u.get_ref()) {
                 Ok(uri) => Some(uri),
                 Err(reason) => {
-                    self.c.error(u.span(), reason);
+                    self.c.error(u.span(), reason.to_string());
                     None
                 }
             });
