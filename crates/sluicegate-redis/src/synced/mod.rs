@@ -9,7 +9,7 @@
 //! what this instance admitted since the last one (`INCRBY`, TTL two periods) and reads
 //! back the fleet's count, which replaces the local view: local count = fleet count at the
 //! last exchange + what this instance admitted since. Keys decided on in the last
-//! [`KEEP_FRESH`] exchanges take part; a key idle longer (or new here) is read first (one
+//! `KEEP_FRESH` (10) exchanges take part; a key idle longer (or new here) is read first (one
 //! `MGET`), so no decision uses a fleet count older than one interval while Redis answers.
 //!
 //! **Over-admission bound.** An instance admits only while its local count plus the cost
