@@ -174,7 +174,7 @@ async fn open_state(
         Arc::clone(&dashboard) as Arc<dyn sluicegate_core::VerdictObserver>,
     ]);
     // Every settle and release goes through this store: the dashboard counts them here.
-    let store: Arc<dyn sluicegate_core::Store> = Arc::new(crate::dashboard::Tallied::new(
+    let store: Arc<dyn sluicegate_core::Store> = Arc::new(sluicegate_dashboard::Tallied::new(
         opened.store,
         Arc::clone(&dashboard),
     ));
