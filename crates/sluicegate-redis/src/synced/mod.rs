@@ -8,10 +8,9 @@
 //! Redis, `<state key>:sync:<period µs>:<window index>`. An exchange (`sync.lua`) adds to it
 //! what this instance admitted since the last one (`INCRBY`, TTL two periods) and reads
 //! back the fleet's count, which replaces the local view: local count = fleet count at the
-//! last exchange + what this instance admitted since. Only keys decided on since the last
-//! exchange take part; a key seen again after sitting one out is read first (one round
-//! trip, like its first decision), so no decision uses a fleet count older than one
-//! interval while Redis answers.
+//! last exchange + what this instance admitted since. Keys decided on in the last
+//! `KEEP_FRESH` (10) exchanges take part; a key idle longer (or new here) is read first (one
+//! `MGET`), so no decision uses a fleet count older than one interval while Redis answers.
 //!
 //! **Over-admission bound.** An instance admits only while its local count plus the cost
 //! is within the limit, and its local count misses only what the other instances admitted
