@@ -13,7 +13,7 @@
 #                 catch-all
 #
 # No subset: all four. --quick: 3 rounds of 2 s (default 5 rounds of 5 s; ROUNDS, DUR,
-# CONN override). Builds the release binaries it needs first.
+# CONN override). Builds the release binaries it needs first (unless BIN_DIR is set).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=scripts/bench-lib.sh
@@ -35,9 +35,12 @@ command -v wrk >/dev/null || { echo "wrk is missing (apt-get install -y wrk)" >&
 NGINX=$(command -v nginx || echo /usr/sbin/nginx)
 wants() { [[ " ${WANT[*]} " == *" $1 "* ]]; }
 
-cargo build -q --release -p sluicegate-server --bin sluicegate \
-  -p sluicegate-bench --bin bench_peer --bin loadtest_server --bin bench_config
-REL=${CARGO_TARGET_DIR:-target}/release
+# BIN_DIR=dir: binaries built already (e.g. a copy of an older build to compare with).
+if [ -z "${BIN_DIR:-}" ]; then
+  cargo build -q --release -p sluicegate-server --bin sluicegate \
+    -p sluicegate-bench --bin bench_peer --bin loadtest_server --bin bench_config
+fi
+REL=${BIN_DIR:-${CARGO_TARGET_DIR:-target}/release}
 LUA=crates/sluicegate-server/benches
 WORK=$(mktemp -d)
 PIDS=()

@@ -36,7 +36,7 @@ cpu_ns() {
   echo "$total"
 }
 
-# measure_wrk PIDS -- WRK_ARGS...   prints "requests_per_s cpu_us_per_request non2xx"
+# measure_wrk PIDS -- WRK_COMMAND...   prints "requests_per_s cpu_us_per_request non2xx"
 # PIDS is a space-separated list of every server process whose CPU the request costs.
 measure_wrk() {
   local pids=$1; shift
@@ -44,7 +44,7 @@ measure_wrk() {
   local before after out
   # shellcheck disable=SC2086
   before=$(cpu_ns $pids)
-  out=$(wrk "$@")
+  out=$("$@")
   # shellcheck disable=SC2086
   after=$(cpu_ns $pids)
   awk -v b="$before" -v a="$after" '
