@@ -143,12 +143,12 @@ fn require_json(headers: &HeaderMap) -> Result<(), ApiError> {
     }
 }
 
-/// The loaded policies named in a request; one is borrowed from the configuration (no
-/// list to allocate, no reference to count).
-pub fn resolve<'r>(
-    runtime: &'r Runtime,
-    names: &PolicyNames,
-) -> Result<Cow<'r, [Arc<Policy>]>, ApiError> {
+/// The policies of one request: one borrowed from the configuration (no list to allocate,
+/// no reference to count), several in a list of their own.
+pub type Policies<'r> = Cow<'r, [Arc<Policy>]>;
+
+/// The loaded policies named in a request.
+pub fn resolve<'r>(runtime: &'r Runtime, names: &PolicyNames) -> Result<Policies<'r>, ApiError> {
     let names = match names {
         PolicyNames::One(name) => {
             return runtime
@@ -241,7 +241,7 @@ async fn check_batch(
     }
     // Resolve and validate each entry; invalid ones answer with their error in place.
     let mut results: Vec<Option<BatchEntry>> = Vec::with_capacity(batch.requests.len());
-    let mut valid: Vec<(usize, Cow<'_, [Arc<Policy>]>, CheckBody)> = Vec::new();
+    let mut valid: Vec<(usize, Policies<'_>, CheckBody)> = Vec::new();
     for (i, value) in batch.requests.into_iter().enumerate() {
         let parsed = parse_entry(value).and_then(|body| {
             if body.reserve {
