@@ -13,6 +13,8 @@ command -v nginx >/dev/null || need_apt+=(nginx-light)
 command -v caddy >/dev/null || need_apt+=(caddy)
 command -v haproxy >/dev/null || need_apt+=(haproxy)
 command -v chromium >/dev/null || need_apt+=(chromium)
+# The gateway's TLS and HTTP/2 tests talk to it with curl (built with nghttp2).
+command -v curl >/dev/null || need_apt+=(curl)
 # The calendar property test checks jiff's bundled time zones against Python's zoneinfo
 # over the system's IANA database (an independent implementation and copy of the data).
 command -v python3 >/dev/null || need_apt+=(python3)

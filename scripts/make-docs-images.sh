@@ -1,12 +1,19 @@
 #!/usr/bin/env bash
-# Regenerates the simulated charts of docs/choosing-an-algorithm.md and docs/simulate.md
-# with the release binary: docs/img/*.svg, and each run's summary table as docs/img/*.txt.
-# The simulator is deterministic (Poisson arrivals are seeded), so unchanged algorithms
-# give byte-identical files. Usage: scripts/make-docs-images.sh
+# Regenerates the simulated charts of docs/choosing-an-algorithm.md, docs/simulate.md,
+# docs/concurrency.md and docs/llm-tokens.md with the release binary: docs/img/*.svg, and
+# each run's summary table as docs/img/*.txt. The simulator is deterministic (Poisson
+# arrivals, durations and costs are seeded), so unchanged algorithms give byte-identical
+# files. Usage: scripts/make-docs-images.sh
+# SLUICEGATE_BIN=path/to/sluicegate uses that binary instead of building the release one
+# (the output does not depend on the build profile).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-cargo build --release --quiet --bin sluicegate
-bin="${CARGO_TARGET_DIR:-target}/release/sluicegate"
+if [[ -n "${SLUICEGATE_BIN:-}" ]]; then
+  bin=$SLUICEGATE_BIN
+else
+  cargo build --release --quiet --bin sluicegate
+  bin="${CARGO_TARGET_DIR:-target}/release/sluicegate"
+fi
 out=docs/img
 
 run() {
@@ -56,3 +63,30 @@ run sliding-window-worst \
   --algorithm fixed_window,sliding_window,sliding_log \
   --limit 10 --period 1m --pattern "trace:$trace" --duration 3m
 sed -i "s|trace:$trace|trace:requests.csv|" "$out/sliding-window-worst.txt" "$out/sliding-window-worst.svg"
+
+# Protecting a slow endpoint (docs/concurrency.md): reports take 8 s on average
+# (exponential), one a second arrives, at most 5 may run: the leases hold 5 slots and the
+# rest is refused at once; every lease is released when its report ends.
+run slow-endpoint \
+  --algorithm concurrency --limit 5 --lease 2m \
+  --request-duration exp:8s --pattern poisson --rate 1 --duration 10m --seed 1
+
+# A lease shorter than the slowest requests: leases expire while their request still runs,
+# the slot goes to the next one, and the upstream sees more than the limit at once.
+run lease-too-short \
+  --algorithm concurrency --limit 5 --lease 5s \
+  --request-duration uniform:2s..20s --pattern poisson --rate 0.5 --duration 10m --seed 1
+
+# Limiting an LLM API by tokens (docs/llm-tokens.md): 90,000 tokens a minute, completions
+# arriving at random, each charged an estimate on arrival and settled with its real
+# usage when it ends, against keeping the estimate. Overestimated (1000 for a mean of
+# 600): settling admits what the budget really allows. Underestimated (300, five a
+# second): without settling, twice the budget goes through.
+run llm-tokens-overestimate \
+  --algorithm token_bucket --limit 90000 --period 1m \
+  --pattern poisson --rate 3 --duration 30m --seed 1 \
+  --request-duration exp:20s --cost-estimate 1000 --cost-real exp:600 --settle both
+run llm-tokens-underestimate \
+  --algorithm token_bucket --limit 90000 --period 1m \
+  --pattern poisson --rate 5 --duration 30m --seed 1 \
+  --request-duration exp:20s --cost-estimate 300 --cost-real exp:600 --settle both

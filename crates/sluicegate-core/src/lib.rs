@@ -46,4 +46,4 @@ pub use spec::PolicySpec;
 pub use store::{
     BoxFuture, CheckRequest, KeyedCheck, Lease, Settled, Settlement, Store, StoreError,
 };
-pub use verdict::{NoObserver, Outcome, PolicyDecision, Verdict, VerdictObserver};
+pub use verdict::{Decisions, NoObserver, Outcome, PolicyDecision, Verdict, VerdictObserver};

@@ -129,6 +129,16 @@ impl Mode {
     }
 }
 
+impl FromStr for Mode {
+    type Err = PolicyError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        [Mode::Reject, Mode::Delay, Mode::Shadow]
+            .into_iter()
+            .find(|mode| mode.name() == s)
+            .ok_or_else(|| PolicyError::UnknownMode(s.to_owned()))
+    }
+}
+
 /// What a decision is when the store cannot be reached in time.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -168,6 +178,9 @@ pub enum PolicyError {
         "unknown algorithm {0:?}; expected fixed_window, sliding_log, sliding_window, token_bucket, leaky_bucket, gcra or concurrency"
     )]
     UnknownAlgorithm(String),
+    /// Not one of the three mode names.
+    #[error("unknown mode {0:?}; expected reject, delay or shadow")]
+    UnknownMode(String),
     /// A duration that does not parse.
     #[error("invalid duration {0:?}: {1} (write e.g. 250ms, 1s, 1m, 1h, 1d)")]
     InvalidDuration(String, String),

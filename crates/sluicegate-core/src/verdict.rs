@@ -81,11 +81,139 @@ pub struct Verdict {
     /// How long the request must wait for its reserved turn (delay mode), µs.
     pub delay: Micros,
     /// One entry per policy, in request order.
-    pub decisions: Vec<PolicyDecision>,
+    pub decisions: Decisions,
     /// When the store decided, by the store's clock (µs since the epoch; the Redis
     /// server's `TIME` on Redis). 0 when no store decided (a store failure). A reservation
     /// records it, so a later settle finds the window the request was admitted in.
     pub at: Micros,
+}
+
+/// The decisions of a [`Verdict`], one per policy in request order: a list (it derefs to
+/// a slice) that keeps one decision inline, so that the common request, under one policy,
+/// is decided without an allocation, and more on the heap.
+///
+/// ```
+/// use std::{sync::Arc, time::Duration};
+/// use sluicegate_core::verdict::Decisions;
+/// use sluicegate_core::{AlgorithmKind, Decision, Outcome, Policy, PolicyDecision};
+/// let p = Arc::new(Policy::builder("p", AlgorithmKind::Gcra, 1, Duration::from_secs(1)).build().unwrap());
+/// let d = PolicyDecision { policy: p, decision: Decision::allow(1, 0, 1), outcome: Outcome::Allowed };
+/// let one: Decisions = std::iter::once(d.clone()).collect();
+/// assert_eq!(one, Decisions::from(vec![d.clone()]));
+/// assert_eq!((one.len(), one[0].outcome), (1, Outcome::Allowed));
+/// assert!(Decisions::default().is_empty());
+/// ```
+#[derive(Clone)]
+pub struct Decisions(Held);
+
+#[derive(Clone)]
+enum Held {
+    One(PolicyDecision),
+    Many(Vec<PolicyDecision>),
+}
+
+impl Decisions {
+    /// A list of one decision (no allocation).
+    pub fn one(decision: PolicyDecision) -> Self {
+        Decisions(Held::One(decision))
+    }
+
+    /// The decisions as a `Vec`.
+    pub fn into_vec(self) -> Vec<PolicyDecision> {
+        match self.0 {
+            Held::One(d) => vec![d],
+            Held::Many(v) => v,
+        }
+    }
+}
+
+impl Default for Decisions {
+    fn default() -> Self {
+        Decisions(Held::Many(Vec::new()))
+    }
+}
+
+impl std::ops::Deref for Decisions {
+    type Target = [PolicyDecision];
+    fn deref(&self) -> &[PolicyDecision] {
+        match &self.0 {
+            Held::One(d) => std::slice::from_ref(d),
+            Held::Many(v) => v,
+        }
+    }
+}
+
+impl std::ops::DerefMut for Decisions {
+    fn deref_mut(&mut self) -> &mut [PolicyDecision] {
+        match &mut self.0 {
+            Held::One(d) => std::slice::from_mut(d),
+            Held::Many(v) => v,
+        }
+    }
+}
+
+/// Equal when they hold the same decisions, however they hold them.
+impl PartialEq for Decisions {
+    fn eq(&self, other: &Self) -> bool {
+        **self == **other
+    }
+}
+
+impl Eq for Decisions {}
+
+impl std::fmt::Debug for Decisions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.iter()).finish()
+    }
+}
+
+impl From<Vec<PolicyDecision>> for Decisions {
+    fn from(v: Vec<PolicyDecision>) -> Self {
+        Decisions(Held::Many(v))
+    }
+}
+
+impl FromIterator<PolicyDecision> for Decisions {
+    fn from_iter<I: IntoIterator<Item = PolicyDecision>>(iter: I) -> Self {
+        let mut iter = iter.into_iter();
+        let Some(first) = iter.next() else {
+            return Decisions::default();
+        };
+        match iter.next() {
+            None => Decisions::one(first),
+            Some(second) => {
+                let mut v = Vec::with_capacity(2 + iter.size_hint().0);
+                v.push(first);
+                v.push(second);
+                v.extend(iter);
+                Decisions(Held::Many(v))
+            }
+        }
+    }
+}
+
+impl IntoIterator for Decisions {
+    type Item = PolicyDecision;
+    type IntoIter = std::vec::IntoIter<PolicyDecision>;
+    fn into_iter(self) -> Self::IntoIter {
+        self.into_vec().into_iter()
+    }
+}
+
+impl<'a> IntoIterator for &'a mut Decisions {
+    type Item = &'a mut PolicyDecision;
+    type IntoIter = std::slice::IterMut<'a, PolicyDecision>;
+    fn into_iter(self) -> Self::IntoIter {
+        self.iter_mut()
+    }
+}
+
+impl<'a> IntoIterator for &'a Decisions {
+    type Item = &'a PolicyDecision;
+    type IntoIter = std::slice::Iter<'a, PolicyDecision>;
+    fn into_iter(self) -> Self::IntoIter {
+        self.iter()
+    }
 }
 
 impl PolicyDecision {
@@ -128,7 +256,8 @@ impl Verdict {
         } else {
             0
         };
-        let decisions = decided
+        // Collected into a `Vec` first: it reuses `decided`'s allocation.
+        let decisions: Vec<PolicyDecision> = decided
             .into_iter()
             .map(|(policy, mut decision, cost)| {
                 if !allowed && decision.allowed {
@@ -149,12 +278,12 @@ impl Verdict {
         Verdict {
             allowed,
             delay,
-            decisions,
+            decisions: decisions.into(),
             at: 0,
         }
     }
 
-    /// [`Verdict::combine`] for one policy, with one allocation (the verdict's own).
+    /// [`Verdict::combine`] for one policy, without an allocation.
     ///
     /// ```
     /// use std::{sync::Arc, time::Duration};
@@ -171,11 +300,11 @@ impl Verdict {
         Verdict {
             allowed,
             delay: if allowed { decision.delay } else { 0 },
-            decisions: vec![PolicyDecision {
+            decisions: Decisions::one(PolicyDecision {
                 outcome: Outcome::of(&policy, &decision),
                 policy,
                 decision,
-            }],
+            }),
             at: 0,
         }
     }
@@ -235,7 +364,7 @@ impl Verdict {
         policies: impl Iterator<Item = &'a Arc<Policy>>,
         admits: impl Fn(&Policy) -> bool,
     ) -> Verdict {
-        let decisions: Vec<PolicyDecision> = policies
+        let decisions: Decisions = policies
             .map(|policy| {
                 let allow = admits(policy);
                 PolicyDecision {

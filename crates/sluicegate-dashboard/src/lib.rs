@@ -1,8 +1,9 @@
 //! Sluicegate's live dashboard: `GET /dashboard`, one self-contained HTML page (script and
 //! style inline, embedded in the binary, nothing from a CDN), which polls
 //! `GET /dashboard/data` for decisions per second by policy and outcome, the most limited
-//! keys of the last minutes, the store's health, and the `[[pools]]` (in flight, queued,
-//! limit, rejections and wait per level).
+//! keys of the last minutes, the store's health, the `[[pools]]` (in flight, queued,
+//! limit, rejections and wait per level), the concurrency policies' slots held (read from
+//! the store, see [`leases`]) and what settles and releases did.
 //!
 //! Decisions arrive through [`DashboardObserver`], a
 //! [`VerdictObserver`](sluicegate_core::VerdictObserver) the server adds next to its metrics
@@ -31,6 +32,7 @@
 #![deny(missing_docs)]
 
 mod health;
+pub mod leases;
 mod recorder;
 pub mod sketch;
 mod snapshot;
@@ -44,9 +46,11 @@ use axum::routing::get;
 use axum::{Json, Router};
 
 pub use health::{HealthProbe, PROBE_TIMEOUT, PoolSource};
+pub use leases::{LeaseRead, LeaseReader, MAX_LEASE_KEYS, SettleActivity};
 pub use recorder::{DashboardConfig, DashboardObserver, MAX_DISPLAY_KEY, MAX_POLICIES, OUTCOMES};
 pub use snapshot::{
-    KeyRow, OutcomeCounts, PolicyRow, PoolLevelRow, PoolRow, Snapshot, StoreHealth,
+    KeyRow, LeaseKeyRow, LeaseRow, OutcomeCounts, PolicyRow, PoolLevelRow, PoolRow, SettleCounts,
+    Snapshot, StoreHealth,
 };
 
 /// The page, script and style inline.
@@ -63,6 +67,7 @@ pub struct Dashboard {
     observer: Arc<DashboardObserver>,
     probe: Option<Arc<dyn HealthProbe>>,
     pools: Option<Arc<dyn PoolSource>>,
+    leases: Option<Arc<dyn LeaseReader>>,
 }
 
 impl std::fmt::Debug for Dashboard {
@@ -71,6 +76,7 @@ impl std::fmt::Debug for Dashboard {
             .field("observer", &self.observer)
             .field("probe", &self.probe.is_some())
             .field("pools", &self.pools.is_some())
+            .field("leases", &self.leases.is_some())
             .finish()
     }
 }
@@ -82,7 +88,15 @@ impl Dashboard {
             observer,
             probe: None,
             pools: None,
+            leases: None,
         }
+    }
+
+    /// Also shows the slots held by the keys given leases, read through `reader` at each
+    /// poll (at most [`MAX_LEASE_KEYS`] cost-0 reads, within [`PROBE_TIMEOUT`]).
+    pub fn with_leases(mut self, reader: impl LeaseReader) -> Self {
+        self.leases = Some(Arc::new(reader));
+        self
     }
 
     /// Also shows the pools `source` reports, read at each poll.
@@ -111,8 +125,67 @@ impl Dashboard {
         if let Some(pools) = &self.pools {
             snapshot.pools = pools.pools();
         }
+        if let Some(reader) = &self.leases {
+            let items = self.observer.lease_items();
+            if !items.is_empty() {
+                // A store that does not answer in time shows no rows, not a stuck page.
+                let read = tokio::time::timeout(PROBE_TIMEOUT, reader.read(&items)).await;
+                snapshot.leases = lease_rows(&items, &read.unwrap_or_default());
+            }
+        }
         snapshot
     }
+}
+
+/// Keys listed per concurrency policy.
+const LEASE_TOP_KEYS: usize = 10;
+
+/// One row per policy from the reads of `items` (same order): slots held summed, the
+/// busiest keys, policies by name.
+fn lease_rows(items: &[leases::LeaseItem], reads: &[Option<LeaseRead>]) -> Vec<LeaseRow> {
+    let mut rows: Vec<LeaseRow> = Vec::new();
+    for ((policy, key), read) in items.iter().zip(reads) {
+        let Some(LeaseRead {
+            held,
+            limit,
+            policy_limit,
+        }) = *read
+        else {
+            continue;
+        };
+        let row = match rows.iter().position(|r| *r.policy == **policy) {
+            Some(i) => &mut rows[i],
+            None => {
+                rows.push(LeaseRow {
+                    policy: policy.to_string(),
+                    limit: policy_limit,
+                    in_flight: 0,
+                    keys_read: 0,
+                    top_keys: Vec::new(),
+                });
+                rows.last_mut().expect("just pushed")
+            }
+        };
+        row.in_flight += held;
+        row.keys_read += 1;
+        if held > 0 {
+            row.top_keys.push(LeaseKeyRow {
+                key: recorder::display_key(key).to_owned(),
+                in_flight: held,
+                limit,
+            });
+        }
+    }
+    for row in &mut rows {
+        row.top_keys.sort_by(|a, b| {
+            b.in_flight
+                .cmp(&a.in_flight)
+                .then_with(|| a.key.cmp(&b.key))
+        });
+        row.top_keys.truncate(LEASE_TOP_KEYS);
+    }
+    rows.sort_by(|a, b| a.policy.cmp(&b.policy));
+    rows
 }
 
 /// `GET /dashboard` (the page) and `GET /dashboard/data` (its JSON), for merging into the

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 use sluicegate_core::{Clock, Outcome, SystemClock, Verdict, VerdictObserver};
 
+use crate::leases::{LeaseItem, LeaseKeys, SettleActivity};
 use crate::sketch::SpaceSaving;
 use crate::snapshot::{KeyRow, PolicyRow, Snapshot};
 
@@ -81,6 +82,7 @@ struct Inner {
     seconds: VecDeque<Second>,
     minutes: VecDeque<Minute>,
     names: HashMap<Box<str>, PolicyName>,
+    leases: LeaseKeys,
 }
 
 /// A [`VerdictObserver`] for the dashboard; hand it to the server's observer list, and the
@@ -108,6 +110,7 @@ pub struct DashboardObserver {
     config: DashboardConfig,
     clock: Arc<dyn Clock>,
     inner: Mutex<Inner>,
+    settles: SettleActivity,
 }
 
 impl std::fmt::Debug for DashboardObserver {
@@ -146,8 +149,21 @@ impl DashboardObserver {
                 seconds: VecDeque::new(),
                 minutes: VecDeque::new(),
                 names: HashMap::new(),
+                leases: LeaseKeys::default(),
             }),
+            settles: SettleActivity::default(),
         }
+    }
+
+    /// The settle and release counters (the server records into them around its store).
+    pub fn settles(&self) -> &SettleActivity {
+        &self.settles
+    }
+
+    /// The `(policy, key)` pairs given a lease whose newest lease has not expired yet.
+    pub fn lease_items(&self) -> Vec<LeaseItem> {
+        let now = self.clock.now();
+        self.inner.lock().leases.live(now)
     }
 
     /// What the observer keeps.
@@ -223,6 +239,8 @@ impl DashboardObserver {
             top_keys,
             store: None,
             pools: Vec::new(),
+            leases: Vec::new(),
+            settles: self.settles.counts(),
         }
     }
 }
@@ -271,7 +289,7 @@ impl Inner {
     }
 }
 
-fn display_key(key: &str) -> &str {
+pub(crate) fn display_key(key: &str) -> &str {
     if key.len() <= MAX_DISPLAY_KEY {
         return key;
     }
@@ -308,6 +326,14 @@ impl VerdictObserver for DashboardObserver {
                 }
             };
             second.counts[index].1[column(decision.outcome)] += 1;
+            if decision.decision.lease != 0
+                && verdict.allowed
+                && decision.outcome == Outcome::Allowed
+            {
+                // A lease handed out: its key is read from the store at the next polls.
+                let item = (Arc::clone(&name), Arc::from(key));
+                inner.leases.note(item, decision.decision.lease);
+            }
             if matches!(decision.outcome, Outcome::Denied | Outcome::ShadowDenied) {
                 let key = key_arc
                     .get_or_insert_with(|| Arc::from(display_key(key)))

@@ -139,6 +139,10 @@ pub struct Snapshot {
     pub store: Option<StoreHealth>,
     /// The pools (fair throttling), when a source was given; empty without pools.
     pub pools: Vec<PoolRow>,
+    /// Concurrency policies with leases handed out recently, when a lease reader was given.
+    pub leases: Vec<LeaseRow>,
+    /// Settles and releases since the start.
+    pub settles: SettleCounts,
 }
 
 /// One level of a pool, as it is now and since the pool started.
@@ -178,4 +182,53 @@ pub struct PoolRow {
     pub latency_floor_ms: Option<f64>,
     /// Its levels, in configuration order.
     pub levels: Vec<PoolLevelRow>,
+}
+
+/// One key's leases of a concurrency policy, read from the store at this snapshot.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct LeaseKeyRow {
+    /// The client key (cut to 256 bytes).
+    pub key: String,
+    /// Slots its leases hold now.
+    pub in_flight: u64,
+    /// Its limit (an override's, where the key has one).
+    pub limit: u64,
+}
+
+/// A concurrency policy: the slots held by the keys this process handed leases to, read
+/// from the store at this snapshot.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct LeaseRow {
+    /// The policy's name.
+    pub policy: String,
+    /// The policy's limit per key.
+    pub limit: u64,
+    /// Slots held now, summed over `keys_read`.
+    pub in_flight: u64,
+    /// Keys read: those given a lease whose newest lease has not expired (at most
+    /// [`MAX_LEASE_KEYS`](crate::MAX_LEASE_KEYS) over all policies).
+    pub keys_read: u64,
+    /// The keys holding the most slots, most first (at most 10; none holding nothing).
+    pub top_keys: Vec<LeaseKeyRow>,
+}
+
+/// What settles and releases did since the start, counted around the store: every path
+/// (`POST /v1/settle` and `/v1/release`, routes' `settle`/`count`, the gateway's and the
+/// middleware's lease release) goes through it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct SettleCounts {
+    /// Settles applied (the real cost replaced the estimate).
+    pub settled: u64,
+    /// Of those, the ones that gave cost back (real under the estimate).
+    pub refunded: u64,
+    /// Of those, the ones that charged more (real over the estimate).
+    pub charged: u64,
+    /// Refused: the reservation was settled before (a 409 `reservation_settled`).
+    pub replayed: u64,
+    /// Refused: the reservation had expired (a 409 `reservation_expired`).
+    pub expired: u64,
+    /// The store failed (the estimate stayed charged).
+    pub failed: u64,
+    /// Leases released (freed, or already free or expired).
+    pub releases: u64,
 }

@@ -49,7 +49,6 @@ pub mod decide;
 pub mod files;
 pub mod headers;
 pub mod key;
-pub mod listener;
 pub mod metrics;
 mod server;
 pub mod service;
@@ -58,8 +57,7 @@ pub mod yaml;
 
 pub use config::{ConfigError, ConfigErrors, EnvoyConfig, EnvoySection, RuleSpec, SharedConfig};
 pub use headers::HeaderSet;
-pub use listener::ListenerLimits;
-pub use server::{serve, serve_with_limits};
+pub use server::{KEEPALIVE_TIMEOUT, serve, serve_incoming};
 pub use service::RateLimitService;
 
 /// The generated Envoy types this crate speaks, re-exported for clients and tests.

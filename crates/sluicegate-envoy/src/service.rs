@@ -243,7 +243,7 @@ impl RateLimitService {
             let verdict = Verdict {
                 allowed,
                 delay: 0,
-                decisions,
+                decisions: decisions.into(),
                 at: 0,
             };
             self.decider.observe(&lookup.key, &verdict);
@@ -256,7 +256,7 @@ impl RateLimitService {
         Verdict {
             allowed,
             delay: 0,
-            decisions: all,
+            decisions: all.into(),
             at: 0,
         }
     }

@@ -41,11 +41,6 @@ impl LimiterHandle {
     pub fn replace(&self, limiter: RateLimiter) {
         self.0.store(Arc::new(limiter));
     }
-
-    /// Replaces the limiter with one already shared.
-    pub fn replace_arc(&self, limiter: Arc<RateLimiter>) {
-        self.0.store(limiter);
-    }
 }
 
 impl std::fmt::Debug for LimiterHandle {

@@ -303,7 +303,7 @@ impl RateLimiter {
             verdict: Verdict {
                 allowed: false,
                 delay: 0,
-                decisions: Vec::new(),
+                decisions: Default::default(),
                 at: 0,
             },
             key: self.identity.ip_key(self.identity.mask(addr)),

@@ -628,11 +628,6 @@ impl Route {
         self.index
     }
 
-    /// Whether the path is matched ignoring ASCII case.
-    pub fn is_case_insensitive(&self) -> bool {
-        self.case_insensitive
-    }
-
     /// Whether the route applies to this request; `path` must be in normal form
     /// ([`normalize_path`](crate::path::normalize_path); [`RouteTable::find`] does it).
     pub fn matches(&self, method: &Method, path: &str, headers: &HeaderMap) -> bool {

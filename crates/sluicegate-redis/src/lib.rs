@@ -17,7 +17,11 @@
 //!   [`PROBE_INTERVAL`] of Redis answering. The store reports errors; callers apply the
 //!   policy's `on_store_error`.
 //!
-//! It is not a cache in front of another store, and it does not decide what happens when
+//! For fleets past what one Redis core decides exactly, [`SyncedStore`] (`store.sync`)
+//! decides locally and exchanges window counts with Redis every interval, with a bounded
+//! over-admission (see its module documentation and docs/redis.md).
+//!
+//! [`RedisStore`] is not a cache in front of another store, and it does not decide what happens when
 //! Redis fails: that is the caller's `on_store_error`.
 //!
 //! ```no_run
@@ -47,6 +51,7 @@ mod link;
 mod range;
 mod script;
 mod store;
+mod synced;
 
 pub use cache::LOCAL_CACHE_CAPACITY;
 pub use coalesce::MAX_IN_FLIGHT;
@@ -55,3 +60,6 @@ pub use keys::{override_key, placed_override_key, placed_state_key, state_key};
 pub use link::OUTAGE_REPLIES;
 pub use range::{EXACT_BOUND, check_policy};
 pub use store::{BATCH_CHUNK, METRIC_DURATION, METRIC_ERRORS, PROBE_INTERVAL, RedisStore};
+pub use synced::{
+    METRIC_SYNC, METRIC_SYNC_DROPPED, SYNC_MAX, SYNC_MIN, SyncOptions, SyncedStore, check_synced,
+};

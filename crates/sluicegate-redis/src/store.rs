@@ -61,7 +61,7 @@ pub struct RedisStore {
 }
 
 pub(crate) struct Inner {
-    link: Link,
+    pub(crate) link: Link,
     prefix: String,
     script: Script,
     /// Reserve then settle (`settle.lua`).
@@ -142,6 +142,11 @@ impl RedisStore {
     /// The Redis key holding `policy`'s state for `client_key` under this store's prefix.
     pub fn state_key(&self, policy: &Policy, client_key: &str) -> String {
         state_key(&self.inner.prefix, client_key, policy)
+    }
+
+    /// The shared connection and settings (for the local-first store built on this one).
+    pub(crate) fn inner(&self) -> &Inner {
+        &self.inner
     }
 
     /// The key prefix.

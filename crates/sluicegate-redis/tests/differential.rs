@@ -1,7 +1,8 @@
 //! The Redis scripts against the core algorithms: the same random sequences of requests,
 //! at the same (test-driven) times, must get identical verdicts from the Redis store and
 //! the in-memory store, for every algorithm and mode, single and multi-policy, including
-//! refunds, settles of reservations (reserve then settle), resets, zero-cost reads and
+//! refunds, settles of reservations (reserve then settle, also under per-key overrides set,
+//! changed and removed between the reservation and its settle), resets, zero-cost reads and
 //! numbers large enough to need the exact multiply-divide path.
 
 use std::sync::Arc;
@@ -83,12 +84,68 @@ fn time_step(rng: &mut StdRng, period: u64) -> u64 {
     }
 }
 
+/// A random override of `policy` that both stores accept (its numbers in the exact range).
+fn random_override(rng: &mut StdRng, policy: &Policy) -> Option<Override> {
+    (0..20).find_map(|_| {
+        let other = random_policy(rng, "o", policy.algorithm());
+        // A sliding log keeps its period: the stores drop expired entries at different
+        // moments, which only a longer period could see (as in `changed_numbers_…`).
+        let log = policy.algorithm() == AlgorithmKind::SlidingLog;
+        let value = Override {
+            limit: other.limit(),
+            burst: policy.algorithm().uses_burst().then_some(other.burst()),
+            period: (policy.calendar().is_none() && !log).then_some(other.period()),
+        };
+        let overridden = policy.with_override(&value).ok()?;
+        sluicegate_redis::check_policy(&overridden)
+            .is_ok()
+            .then_some(value)
+    })
+}
+
+/// Sets (or, with `None`, removes) `key`'s override of `policy` in both stores; returns the
+/// capacity the key has under it.
+async fn set_override(
+    memory: &MemoryStore<ManualClock>,
+    redis: &RedisStore,
+    policy: &Arc<Policy>,
+    key: &str,
+    value: Option<Override>,
+) -> u64 {
+    memory.set_override(policy, key, value).await.unwrap();
+    redis.set_override(policy, key, value).await.unwrap();
+    assert_eq!(redis.get_override(policy, key).await.unwrap(), value);
+    value.map_or(policy.capacity(), |v| {
+        policy.with_override(&v).unwrap().capacity()
+    })
+}
+
 async fn run(redis: &RedisStore, seed: u64, policies: Vec<Arc<Policy>>, steps: usize) {
+    run_with(redis, seed, policies, steps, false).await;
+}
+
+/// `steps` random operations decided by both stores; with `overrides`, the first key has
+/// per-key numbers on every policy from the start, changed or removed along the way.
+async fn run_with(
+    redis: &RedisStore,
+    seed: u64,
+    policies: Vec<Arc<Policy>>,
+    steps: usize,
+    overrides: bool,
+) {
     let mut rng = StdRng::seed_from_u64(seed);
     let clock = ManualClock::new(START + rng.random_range(0..86_400_000_000));
     let memory = MemoryStore::with_clock(1_000, clock.clone());
     let keys = [format!("client-{seed}"), format!("other-{seed}")];
-    let capacity = policies.iter().map(|p| p.capacity()).min().unwrap();
+    let mut capacity = policies.iter().map(|p| p.capacity()).min().unwrap();
+    if overrides {
+        for policy in &policies {
+            let value = random_override(&mut rng, policy);
+            let cap = set_override(&memory, redis, policy, &keys[0], value).await;
+            // Costs stay within every capacity the keys ever have, so both stores decide.
+            capacity = capacity.min(cap);
+        }
+    }
     let shortest = policies.iter().map(|p| p.period()).min().unwrap();
     let mut reserved: Vec<Reserved> = Vec::new();
     for step in 0..steps {
@@ -156,6 +213,16 @@ async fn run(redis: &RedisStore, seed: u64, policies: Vec<Arc<Policy>>, steps: u
                     "{context}"
                 );
             }
+            7..=8 if overrides => {
+                // Set, change or remove the first key's override, reservations outstanding.
+                let p = &chosen[rng.random_range(0..chosen.len())];
+                let value = match rng.random_bool(0.3) {
+                    true => None,
+                    false => random_override(&mut rng, p),
+                };
+                let cap = set_override(&memory, redis, p, &keys[0], value).await;
+                capacity = capacity.min(cap);
+            }
             _ => {
                 let request = CheckRequest::new(chosen, key, cost);
                 let expected = memory.check(request).await.unwrap();
@@ -219,6 +286,35 @@ async fn every_algorithm_decides_like_the_core() {
             let policy = random_policy(&mut rng, "p", kind);
             run(&redis, seed, vec![policy], 150).await;
         }
+    }
+}
+
+/// Reserve then settle where the key has its own numbers (`[[overrides]]`, `PUT
+/// /v1/overrides`): both stores settle against the key's numbers, also when the override
+/// is set, changed or removed between a reservation and its settle.
+#[tokio::test]
+async fn settles_under_overrides_decide_like_the_core() {
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    let redis = redis::store(&server.url(), "diff-settle-over").await;
+    for (k, kind) in AlgorithmKind::ALL.into_iter().enumerate() {
+        for s in 0..10u64 {
+            let seed = 70_000 + (k as u64) * 100 + s;
+            let mut rng = StdRng::seed_from_u64(seed ^ 0x0be5);
+            let policy = random_policy(&mut rng, "p", kind);
+            run_with(&redis, seed, vec![policy], 150, true).await;
+        }
+    }
+    for seed in 0..12u64 {
+        let mut rng = StdRng::seed_from_u64(seed ^ 0x0be6);
+        let policies = (0..3)
+            .map(|i| {
+                let kind = AlgorithmKind::ALL[rng.random_range(0..6)];
+                random_policy(&mut rng, &format!("p{i}"), kind)
+            })
+            .collect();
+        run_with(&redis, 80_000 + seed, policies, 150, true).await;
     }
 }
 

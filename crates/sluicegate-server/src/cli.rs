@@ -41,7 +41,7 @@ pub struct ServeArgs {
     #[arg(long, value_name = "URL")]
     pub redis: Option<String>,
     /// Run the gateway in front of this upstream (overrides gateway.upstream).
-    #[arg(long, value_name = "URL", value_parser = parse_upstream)]
+    #[arg(long, value_name = "URL", value_parser = crate::config::parse_upstream)]
     pub upstream: Option<http::Uri>,
     /// Address of the gateway (overrides gateway.listen).
     #[arg(long, value_name = "ADDR")]
@@ -62,10 +62,6 @@ impl ServeArgs {
             envoy_listen: self.envoy_listen,
         }
     }
-}
-
-fn parse_upstream(text: &str) -> Result<http::Uri, String> {
-    crate::config::parse_upstream(text)
 }
 
 /// `sluicegate validate`.

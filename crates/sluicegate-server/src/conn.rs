@@ -15,7 +15,12 @@
 //!   settings, which should stay below `idle_timeout`.
 //!
 //! `max_connections` is a semaphore taken *before* `accept`: beyond it, new connections
-//! wait in the kernel's backlog instead of costing a task and a file descriptor each.
+//! wait in the kernel's backlog instead of costing a task and a file descriptor each. The
+//! slot belongs to the socket: a connection upgraded to a tunnel (WebSocket) keeps it.
+//!
+//! On a TLS listener the handshake happens inside the same watch: it counts toward the
+//! first request's `header_read_timeout`, so a client that opens TCP and never finishes
+//! the handshake is closed like one that never finishes its head.
 
 use std::io;
 use std::net::SocketAddr;
@@ -35,7 +40,7 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{Semaphore, watch};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 use tower::ServiceExt;
 
 use crate::config::ConnectionLimits;
@@ -48,46 +53,42 @@ pub fn permits(limits: &ConnectionLimits) -> Arc<Semaphore> {
 }
 
 /// Accepts connections on `listener` and serves `app` on each (HTTP/1.1 and HTTP/2,
-/// upgrades allowed) within `limits`, until `stop` turns true; then stops accepting and
-/// waits for the connections in progress to finish (the caller bounds that wait).
+/// upgrades allowed; over TLS when `tls` is given) within `limits`, until `stop` turns
+/// true; then stops accepting and waits for the connections in progress to finish (the
+/// caller bounds that wait).
 pub async fn serve(
     listener: TcpListener,
     app: Router,
     limits: ConnectionLimits,
     permits: Arc<Semaphore>,
+    tls: Option<tokio_rustls::TlsAcceptor>,
     stop: watch::Receiver<bool>,
 ) -> Result<(), crate::error::ServerError> {
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
     let stopped = crate::serve::stopped(stop);
     tokio::pin!(stopped);
     loop {
-        let permit = tokio::select! {
-            permit = Arc::clone(&permits).acquire_owned() => match permit {
-                Ok(permit) => permit,
-                Err(_) => break,
+        let (stream, peer, permit) = tokio::select! {
+            accepted = accept(&listener, &permits) => match accepted {
+                Some(accepted) => accepted,
+                None => break,
             },
             () = &mut stopped => break,
         };
-        let (stream, peer) = tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok(accepted) => accepted,
-                Err(e) => {
-                    accept_error(e).await;
-                    continue;
-                }
-            },
-            () = &mut stopped => break,
-        };
-        let _ = stream.set_nodelay(true);
         let activity = Arc::new(Activity::new());
-        let connection = graceful.watch(connection(stream, peer, app.clone(), &activity));
+        let io = Metered {
+            inner: stream,
+            activity: Arc::clone(&activity),
+            _slot: Some(permit),
+        };
+        let served = served(io, peer, app.clone(), tls.clone(), graceful.watcher());
         tokio::spawn(async move {
-            // Whichever ends first; dropping the connection closes the socket.
+            // Whichever ends first; dropping the connection closes the socket (and frees
+            // its slot, unless an upgrade took the socket over).
             tokio::select! {
-                _ = connection => {}
+                () = served => {}
                 () = watchdog(activity, limits) => {}
             }
-            drop(permit);
         });
     }
     drop(listener);
@@ -95,29 +96,111 @@ pub async fn serve(
     Ok(())
 }
 
-/// Out of file descriptors (or another transient failure): wait a little instead of
-/// spinning on a listener that stays readable.
-async fn accept_error(error: io::Error) {
-    tracing::warn!(%error, "accept failed");
-    tokio::time::sleep(Duration::from_millis(50)).await;
+/// The next connection within the budget `permits`: the permit is taken *before*
+/// `accept`, so beyond the bound new connections wait in the kernel's backlog instead of
+/// costing a task and a file descriptor each. An accept error (out of file descriptors, or
+/// another transient failure) is logged and retried after a pause instead of spinning on a
+/// listener that stays readable. `None` once the budget is closed. The API, gateway and
+/// Envoy listeners all accept through here.
+pub async fn accept(
+    listener: &TcpListener,
+    permits: &Arc<Semaphore>,
+) -> Option<(TcpStream, SocketAddr, OwnedSemaphorePermit)> {
+    let permit = Arc::clone(permits).acquire_owned().await.ok()?;
+    loop {
+        match listener.accept().await {
+            Ok((stream, peer)) => {
+                let _ = stream.set_nodelay(true);
+                return Some((stream, peer, permit));
+            }
+            Err(error) => {
+                tracing::warn!(%error, "accept failed; retrying");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    }
 }
 
+/// One accepted socket served to the end: the TLS handshake first when `tls` is set (a
+/// failed one is logged at debug and closes it), then HTTP, watched for graceful shutdown.
+async fn served<T>(
+    io: Metered<T>,
+    peer: SocketAddr,
+    app: Router,
+    tls: Option<tokio_rustls::TlsAcceptor>,
+    watcher: hyper_util::server::graceful::Watcher,
+) where
+    T: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let activity = Arc::clone(&io.activity);
+    match tls {
+        None => {
+            let _ = watcher
+                .watch(connection(io, peer, app, &activity, false))
+                .await;
+        }
+        Some(acceptor) => match acceptor.accept(io).await {
+            Ok(stream) => {
+                let _ = watcher
+                    .watch(connection(stream, peer, app, &activity, true))
+                    .await;
+            }
+            Err(error) => tracing::debug!(%peer, %error, "TLS handshake failed"),
+        },
+    }
+}
+
+/// Copies bytes both ways between `client` and `upstream` until either side closes, or
+/// until no byte has moved for `limits.idle_timeout` (the rule of a request in progress:
+/// an idle tunnel is closed, as nginx's `proxy_read_timeout` closes an idle WebSocket).
+pub async fn tunnel<A, B>(client: A, mut upstream: B, limits: ConnectionLimits)
+where
+    A: AsyncRead + AsyncWrite + Unpin,
+    B: AsyncRead + AsyncWrite + Unpin,
+{
+    let activity = Arc::new(Activity::new());
+    let _in_progress = activity.request_started();
+    let mut client = Metered {
+        inner: client,
+        activity: Arc::clone(&activity),
+        _slot: None,
+    };
+    tokio::select! {
+        copied = tokio::io::copy_bidirectional(&mut client, &mut upstream) => {
+            if let Err(error) = copied {
+                tracing::debug!(%error, "tunnel closed");
+            }
+        }
+        () = watchdog(Arc::clone(&activity), limits) => {
+            tracing::debug!("closing a tunnel idle for idle_timeout");
+        }
+    }
+}
+
+/// Marks a request that arrived over TLS (the gateway's `X-Forwarded-Proto: https`).
+#[derive(Debug, Clone, Copy)]
+pub struct Secure;
+
 /// One connection: HTTP/1.1 or HTTP/2 (upgrades allowed), its socket metered and each
-/// request tracked in `activity` for the watchdog.
-fn connection(
-    stream: TcpStream,
+/// request tracked in `activity` for the watchdog; `secure` marks its requests [`Secure`].
+fn connection<I>(
+    io: I,
     peer: SocketAddr,
     app: Router,
     activity: &Arc<Activity>,
-) -> impl hyper_util::server::graceful::GracefulConnection + Send + 'static {
-    let io = TokioIo::new(Metered {
-        inner: stream,
-        activity: Arc::clone(activity),
-    });
+    secure: bool,
+) -> impl hyper_util::server::graceful::GracefulConnection + Send + 'static
+where
+    I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let io = TokioIo::new(io);
     let service = hyper::service::service_fn({
         let activity = Arc::clone(activity);
         move |mut request: hyper::Request<Incoming>| {
             request.extensions_mut().insert(ConnectInfo(peer));
+            if secure {
+                request.extensions_mut().insert(Secure);
+            }
             let guard = activity.request_started();
             let response = app.clone().oneshot(request.map(Body::new));
             async move {
@@ -229,13 +312,14 @@ async fn watchdog(activity: Arc<Activity>, limits: ConnectionLimits) {
     }
 }
 
-/// The socket, noting when bytes move.
-struct Metered {
-    inner: TcpStream,
+/// The socket, noting when bytes move, and holding its listener slot until it is closed.
+struct Metered<T> {
+    inner: T,
     activity: Arc<Activity>,
+    _slot: Option<OwnedSemaphorePermit>,
 }
 
-impl AsyncRead for Metered {
+impl<T: AsyncRead + Unpin> AsyncRead for Metered<T> {
     fn poll_read(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -250,7 +334,7 @@ impl AsyncRead for Metered {
     }
 }
 
-impl AsyncWrite for Metered {
+impl<T: AsyncWrite + Unpin> AsyncWrite for Metered<T> {
     fn poll_write(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,

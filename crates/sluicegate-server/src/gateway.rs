@@ -5,19 +5,26 @@
 //! Bodies stream both ways (nothing is buffered); hop-by-hop headers are removed in both
 //! directions (RFC 9110 §7.6.1); the upstream gets one `X-Forwarded-For` that joins every
 //! line the client sent and appends the peer, and `X-Forwarded-Proto`/`X-Forwarded-Host`;
-//! the client's `Host` is passed on. An unreachable upstream answers 502, one that sends
-//! no response head within `gateway.upstream_timeout` 504, both with a JSON error that
-//! names no upstream address (the log does).
+//! the client's `Host` (HTTP/2: its `:authority`) is passed on. An unreachable upstream
+//! answers 502, one that sends no response head within `gateway.upstream_timeout` 504,
+//! both with a JSON error that names no upstream address (the log does).
+//!
+//! Clients speak HTTP/1.1 or HTTP/2 (h2c with prior knowledge, or h2 by ALPN when the
+//! gateway serves TLS, `crate::tls`); every request, every HTTP/2 stream, is decided on its
+//! own. The upstream is `http://` or `https://` (HTTP/1.1, rustls). Upgrades (WebSocket)
+//! are decided at the handshake and then tunnelled ([`crate::tunnel`]).
 
 use crate::error::ServerError;
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use arc_swap::ArcSwap;
 use axum::Router;
 use axum::body::Body;
 use axum::extract::{ConnectInfo, Request, State};
 use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
+use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
@@ -40,7 +47,64 @@ pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 #[derive(Clone)]
 struct Gateway {
     state: AppState,
-    client: Client<HttpConnector, Body>,
+    /// This worker's upstream client, rebuilt when `upstream_ca` changes.
+    upstream: Arc<ArcSwap<UpstreamClient>>,
+}
+
+/// A worker's connection pool to the upstream, and what it was made for: the
+/// `upstream_ca` (its file hash; `None`: the system's roots) and whether the upstream is
+/// `https://` (the system's roots are read only then).
+struct UpstreamClient {
+    made_for: (Option<u64>, bool),
+    client: Client<HttpsConnector<HttpConnector>, Body>,
+}
+
+impl UpstreamClient {
+    fn new(config: Option<&crate::config::GatewayConfig>) -> UpstreamClient {
+        let made_for = made_for(config);
+        let ca = config.and_then(|g| g.upstream_ca.as_ref());
+        let mut http = HttpConnector::new();
+        http.set_connect_timeout(Some(CONNECT_TIMEOUT));
+        http.set_nodelay(true);
+        // The https connector decides by the URI's scheme; the inner one must not refuse
+        // an https:// URI itself.
+        http.enforce_http(false);
+        let connector = hyper_rustls::HttpsConnectorBuilder::new()
+            .with_tls_config(crate::tls::upstream_client_config(ca, made_for.1))
+            .https_or_http()
+            .enable_http1()
+            .wrap_connector(http);
+        let client = Client::builder(TokioExecutor::new())
+            .pool_idle_timeout(Duration::from_secs(30))
+            .build(connector);
+        UpstreamClient { made_for, client }
+    }
+}
+
+fn made_for(config: Option<&crate::config::GatewayConfig>) -> (Option<u64>, bool) {
+    let ca = config
+        .and_then(|g| g.upstream_ca.as_ref())
+        .map(|ca| ca.print);
+    let https = config.is_some_and(|g| g.upstream.scheme_str() == Some("https"));
+    (ca, https)
+}
+
+impl Gateway {
+    /// The client for the running `[gateway]` (two comparisons on the request path; a new
+    /// pool only after a reload that changed `upstream_ca` or the upstream's scheme).
+    fn client(
+        &self,
+        config: &crate::config::GatewayConfig,
+    ) -> Client<HttpsConnector<HttpConnector>, Body> {
+        let current = self.upstream.load();
+        if current.made_for == made_for(Some(config)) {
+            return current.client.clone();
+        }
+        let fresh = UpstreamClient::new(Some(config));
+        let client = fresh.client.clone();
+        self.upstream.store(Arc::new(fresh));
+        client
+    }
 }
 
 /// The gateway's sockets: one per worker thread, all bound to the same address with
@@ -129,8 +193,17 @@ pub async fn start(
     // One connection budget for the listener, whichever worker accepts.
     let limits = state.runtime().config.server.connections;
     let permits = crate::conn::permits(&limits);
+    // TLS is decided at start (a reload changes the certificate, not whether there is one).
+    let tls = state
+        .runtime()
+        .config
+        .gateway
+        .as_ref()
+        .and_then(|g| g.tls.as_ref())
+        .map(|_| tokio_rustls::TlsAcceptor::from(crate::tls::server_config(state.clone())));
     for (i, socket) in listeners.sockets.into_iter().enumerate() {
         let permits = std::sync::Arc::clone(&permits);
+        let tls = tls.clone();
         let (ready_tx, ready_rx) = tokio::sync::oneshot::channel::<Result<(), ServerError>>();
         let (done_tx, done_rx) = tokio::sync::oneshot::channel::<Result<(), ServerError>>();
         let state = state.clone();
@@ -146,7 +219,13 @@ pub async fn start(
                         source,
                     })
                     .and_then(|rt| {
-                        rt.block_on(worker(socket, state, (limits, permits), stop, ready_tx))
+                        rt.block_on(worker(
+                            socket,
+                            state,
+                            (limits, permits, tls),
+                            stop,
+                            ready_tx,
+                        ))
                     });
                 let _ = done_tx.send(result);
             })
@@ -173,7 +252,11 @@ pub async fn start(
 async fn worker(
     socket: TcpSocket,
     state: AppState,
-    (limits, permits): (ConnectionLimits, Arc<Semaphore>),
+    (limits, permits, tls): (
+        ConnectionLimits,
+        Arc<Semaphore>,
+        Option<tokio_rustls::TlsAcceptor>,
+    ),
     stop: tokio::sync::watch::Receiver<bool>,
     ready: tokio::sync::oneshot::Sender<Result<(), ServerError>>,
 ) -> Result<(), ServerError> {
@@ -188,32 +271,28 @@ async fn worker(
         }
     };
     let _ = ready.send(Ok(()));
-    let mut connector = HttpConnector::new();
-    connector.set_connect_timeout(Some(CONNECT_TIMEOUT));
-    connector.set_nodelay(true);
-    let client = Client::builder(TokioExecutor::new())
-        .pool_idle_timeout(Duration::from_secs(30))
-        .build(connector);
+    let runtime = state.runtime();
+    let client = UpstreamClient::new(runtime.config.gateway.as_ref());
+    let upstream = Arc::new(ArcSwap::from_pointee(client));
+    drop(runtime);
     let app = Router::new()
         .fallback(proxy)
-        .with_state(Gateway { state, client });
-    crate::conn::serve(listener, app, limits, permits, stop).await
+        .with_state(Gateway { state, upstream });
+    crate::conn::serve(listener, app, limits, permits, tls, stop).await
 }
 
 async fn proxy(
     State(gateway): State<Gateway>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
-    request: Request,
+    mut request: Request,
 ) -> Response {
     let runtime = gateway.state.runtime();
-    let Some((upstream, upstream_timeout)) = runtime
-        .config
-        .gateway
-        .as_ref()
-        .map(|g| (g.upstream.clone(), g.upstream_timeout))
-    else {
+    let Some(config) = runtime.config.gateway.as_ref() else {
         return bad_gateway();
     };
+    let (upstream, upstream_timeout) = (config.upstream.clone(), config.upstream_timeout);
+    let client = gateway.client(config);
+    let upgrade = crate::tunnel::client_upgrade(&mut request);
     let decision = runtime
         .limiter
         .check(
@@ -227,15 +306,16 @@ async fn proxy(
         Ok(held) => held,
         Err(refused) => return refused,
     };
-    let upstream_request = match to_upstream(request, &upstream, peer) {
+    let upstream_request = match to_upstream(request, &upstream, peer, upgrade.is_some()) {
         Ok(request) => request,
         Err(e) => return e.into_response(),
     };
-    let sent = tokio::time::timeout(upstream_timeout, gateway.client.request(upstream_request));
+    let sent = tokio::time::timeout(upstream_timeout, client.request(upstream_request));
     let response = match sent.await {
         Ok(Ok(response)) => response,
         Ok(Err(e)) => {
-            tracing::warn!(upstream = %upstream, error = %e, "upstream request failed");
+            let error = error_chain(&e);
+            tracing::warn!(upstream = %upstream, %error, "upstream request failed");
             let mut response = bad_gateway();
             after_response(decision.as_ref(), &mut response);
             return response;
@@ -247,6 +327,18 @@ async fn proxy(
             return response;
         }
     };
+    if let Some(client_side) =
+        upgrade.filter(|_| response.status() == StatusCode::SWITCHING_PROTOCOLS)
+    {
+        let limits = runtime.config.server.connections;
+        return crate::tunnel::switch(
+            response,
+            client_side,
+            decision.as_ref(),
+            (guard, permit),
+            limits,
+        );
+    }
     let (mut parts, body) = response.into_parts();
     strip_hop_by_hop(&mut parts.headers);
     let mut tap = None;
@@ -284,23 +376,40 @@ async fn admit(
 }
 
 /// The client's request as the upstream gets it: its URI under `upstream`, hop-by-hop
-/// headers removed, `X-Forwarded-*` added, HTTP/1.1 (the client may speak 1.1 or 2 to us).
+/// headers removed (but an upgrade's `Upgrade`/`Connection: upgrade` when `upgrading`),
+/// `X-Forwarded-*` added, HTTP/1.1 (the client may speak 1.1 or 2 to us; an HTTP/2
+/// client's `:authority` becomes the `Host`).
 fn to_upstream(
     request: Request,
     upstream: &http::Uri,
     peer: SocketAddr,
+    upgrading: bool,
 ) -> Result<Request, ApiError> {
     let (mut parts, body) = request.into_parts();
+    let host = parts.headers.get(header::HOST).cloned().or_else(|| {
+        let authority = parts.uri.authority()?;
+        HeaderValue::from_str(authority.as_str()).ok()
+    });
+    let secure = parts.extensions.get::<crate::conn::Secure>().is_some();
     parts.uri = upstream_uri(upstream, &parts.uri)?;
-    let host = parts.headers.get(header::HOST).cloned();
+    let protocol = upgrading
+        .then(|| parts.headers.get(header::UPGRADE).cloned())
+        .flatten();
     strip_hop_by_hop(&mut parts.headers);
-    forwarded_headers(&mut parts.headers, peer, host);
+    if let Some(protocol) = protocol {
+        crate::tunnel::upgrade_headers(&mut parts.headers, protocol);
+    }
+    forwarded_headers(&mut parts.headers, peer, host.clone(), secure);
+    if let Some(host) = host {
+        parts.headers.insert(header::HOST, host);
+    }
     parts.version = axum::http::Version::HTTP_11;
     Ok(axum::http::Request::from_parts(parts, body))
 }
 
-/// The route's `count` (and `settle`) for an answer the gateway made itself (502, 504).
-fn after_response(decision: Option<&RateLimitDecision>, response: &mut Response) {
+/// The route's `count` (and `settle`) for an answer the gateway made itself (502, 504), or
+/// an upgrade's 101.
+pub(crate) fn after_response(decision: Option<&RateLimitDecision>, response: &mut Response) {
     if let Some((settler, after)) = decision.and_then(RateLimitDecision::after_response) {
         let status = response.status();
         drop(settler.on_head(&after, status, response.headers_mut()));
@@ -325,7 +434,7 @@ fn upstream_uri(upstream: &Uri, request: &Uri) -> Result<Uri, ApiError> {
 }
 
 /// Connection-specific headers (RFC 9110 §7.6.1), and those the `Connection` header names.
-fn strip_hop_by_hop(headers: &mut HeaderMap) {
+pub(crate) fn strip_hop_by_hop(headers: &mut HeaderMap) {
     let named: Vec<HeaderName> = headers
         .get_all(header::CONNECTION)
         .iter()
@@ -353,7 +462,12 @@ fn strip_hop_by_hop(headers: &mut HeaderMap) {
 
 /// One `X-Forwarded-For`: every line the client sent, in order, then the peer. A proxy that
 /// kept only the first (or last) line would let a client hide entries from the upstream.
-fn forwarded_headers(headers: &mut HeaderMap, peer: SocketAddr, host: Option<HeaderValue>) {
+fn forwarded_headers(
+    headers: &mut HeaderMap,
+    peer: SocketAddr,
+    host: Option<HeaderValue>,
+    secure: bool,
+) {
     let mut xff: Vec<u8> = Vec::new();
     for line in headers.get_all("x-forwarded-for") {
         let line = line.as_bytes().trim_ascii();
@@ -371,7 +485,8 @@ fn forwarded_headers(headers: &mut HeaderMap, peer: SocketAddr, host: Option<Hea
             headers.remove("x-forwarded-for");
         }
     }
-    headers.insert("x-forwarded-proto", HeaderValue::from_static("http"));
+    let proto = if secure { "https" } else { "http" };
+    headers.insert("x-forwarded-proto", HeaderValue::from_static(proto));
     if let Some(host) = host {
         headers.insert("x-forwarded-host", host);
     }
@@ -390,6 +505,19 @@ fn gateway_timeout(permit: Option<sluicegate_middleware::PoolPermit>) -> Respons
         "the upstream did not answer in time",
     )
     .into_response()
+}
+
+/// An error with its causes (hyper's client says only "client error (Connect)"; the cause,
+/// such as a certificate the upstream's CA did not sign, is what an operator needs).
+fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut cause = error.source();
+    while let Some(e) = cause {
+        text.push_str(": ");
+        text.push_str(&e.to_string());
+        cause = e.source();
+    }
+    text
 }
 
 fn bad_gateway() -> Response {
@@ -442,7 +570,7 @@ mod tests {
     fn forwarded_for_is_appended() {
         let mut h = HeaderMap::new();
         h.insert("x-forwarded-for", HeaderValue::from_static("203.0.113.9"));
-        forwarded_headers(&mut h, "192.0.2.1:5000".parse().unwrap(), None);
+        forwarded_headers(&mut h, "192.0.2.1:5000".parse().unwrap(), None, false);
         assert_eq!(h["x-forwarded-for"], "203.0.113.9, 192.0.2.1");
         // Every line, in order, then the peer: one header.
         let mut h = HeaderMap::new();
@@ -452,7 +580,7 @@ mod tests {
         );
         h.append("x-forwarded-for", HeaderValue::from_static(" "));
         h.append("x-forwarded-for", HeaderValue::from_static("3.3.3.3"));
-        forwarded_headers(&mut h, "192.0.2.1:5000".parse().unwrap(), None);
+        forwarded_headers(&mut h, "192.0.2.1:5000".parse().unwrap(), None, false);
         assert_eq!(h.get_all("x-forwarded-for").iter().count(), 1);
         assert_eq!(h["x-forwarded-for"], "1.1.1.1, 2.2.2.2, 3.3.3.3, 192.0.2.1");
     }

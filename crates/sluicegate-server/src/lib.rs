@@ -34,3 +34,5 @@ pub mod simulate;
 pub mod snapshot;
 pub mod state;
 pub mod store;
+pub mod tls;
+pub mod tunnel;

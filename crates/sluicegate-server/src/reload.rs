@@ -10,6 +10,13 @@
 //! The same watcher serves the `[envoy]` YAML files: their directories are watched too, and
 //! when the TOML did not change, every event and poll asks
 //! [`AppState::reload_envoy`], which recompiles only when a file's content changed.
+//!
+//! The files `[gateway]` reads (`tls_cert`, `tls_key`, `upstream_ca`) are watched the same
+//! way: when their bytes change under an unchanged TOML, the configuration is reloaded, so
+//! a renewed certificate is served to the next connection. An attempt is made once per
+//! change of their bytes: a bad certificate is logged once, and the running one stays.
+//!
+//! `SIGHUP` re-reads everything now (as `nginx -s reload` does), changed or not.
 
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::path::{Path, PathBuf};
@@ -51,6 +58,7 @@ pub fn spawn(
     let mut watcher = watch_dir(&path, tx);
     if let Some(watcher) = &mut watcher {
         watch_envoy_files(watcher, &state);
+        watch_gateway_files(watcher, &state);
     }
     tokio::spawn(watch_loop(
         path, loaded, watcher, rx, overrides, state, stop,
@@ -72,8 +80,10 @@ async fn watch_loop(
         tracing::warn!(path = %path.display(), "file notifications unavailable; polling every {:?}", POLL_INTERVAL);
     }
     let mut last = loaded;
+    let mut files = gateway_files_print(&state);
     let mut poll = tokio::time::interval(POLL_INTERVAL);
     poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut hangup = hangup();
     loop {
         tokio::select! {
             () = &mut stopped => break,
@@ -82,13 +92,18 @@ async fn watch_loop(
                 while rx.try_recv().is_ok() {}
             }
             _ = poll.tick() => {}
+            () = next_hangup(&mut hangup) => {
+                tracing::info!(path = %path.display(), "SIGHUP: re-reading the configuration");
+                (last, files) = (None, None);
+            }
         }
         let Some(text) = read_stable(&path).await else {
             // Mid-swap, deleted, or still being written: keep running on the current config.
             continue;
         };
         let h = hash(&text);
-        if last == Some(h) {
+        let files_now = gateway_files_print(&state);
+        if last == Some(h) && files == files_now {
             match state.reload_envoy() {
                 Ok(true) => tracing::info!("[envoy] rules reloaded"),
                 Ok(false) => {}
@@ -98,8 +113,42 @@ async fn watch_loop(
         }
         last = Some(h);
         reload(&path, &text, &overrides, &state);
+        // Remembered even when the reload failed: a bad certificate is reported once.
+        files = files_now.or(gateway_files_print(&state));
     }
     drop(watcher);
+}
+
+/// The hash of the bytes of the files the running `[gateway]` reads, if it reads any.
+fn gateway_files_print(state: &AppState) -> Option<u64> {
+    let runtime = state.runtime();
+    let files = runtime.config.gateway.as_ref()?.files();
+    (!files.is_empty()).then(|| crate::tls::files_print(&files))
+}
+
+#[cfg(unix)]
+type Hangup = Option<tokio::signal::unix::Signal>;
+#[cfg(not(unix))]
+type Hangup = ();
+
+/// SIGHUP, installed once (its default action would end the process).
+fn hangup() -> Hangup {
+    #[cfg(unix)]
+    {
+        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).ok()
+    }
+}
+
+/// The next SIGHUP; never where there is none.
+async fn next_hangup(hangup: &mut Hangup) {
+    #[cfg(unix)]
+    if let Some(signal) = hangup
+        && signal.recv().await.is_some()
+    {
+        return;
+    }
+    let _ = hangup;
+    std::future::pending::<()>().await
 }
 
 /// Validates and applies a new file's text; logs and keeps the old config on error.
@@ -211,6 +260,17 @@ fn keep_restart_only(running: &Config, new: &mut Config) {
         tracing::warn!("[store] changed; it applies after a restart");
         new.store = running.store.clone();
     }
+    // Whether the gateway serves TLS is its listener's; the certificate itself reloads.
+    if let (Some(n), Some(r)) = (&mut new.gateway, &running.gateway)
+        && n.tls.is_some() != r.tls.is_some()
+    {
+        tracing::warn!("[gateway] tls_cert/tls_key added or removed; it applies after a restart");
+        if n.tls.is_some() {
+            n.tls = None;
+        } else {
+            n.tls = r.tls.clone();
+        }
+    }
     let listen = |c: &Config| c.gateway.as_ref().map(|g| g.listen);
     if listen(new) != listen(running) {
         tracing::warn!("[gateway] listen changed; it applies after a restart");
@@ -277,6 +337,23 @@ fn watch_envoy_files(watcher: &mut notify::RecommendedWatcher, state: &AppState)
             && let Some(target_dir) = target.parent()
         {
             let _ = watcher.watch(target_dir, RecursiveMode::NonRecursive);
+        }
+    }
+}
+
+/// Adds the directories of the `[gateway]` certificate, key and CA files to `watcher`
+/// (also their targets', for symlinked files as Kubernetes Secrets mount them).
+fn watch_gateway_files(watcher: &mut notify::RecommendedWatcher, state: &AppState) {
+    let runtime = state.runtime();
+    let Some(gateway) = &runtime.config.gateway else {
+        return;
+    };
+    for file in gateway.files() {
+        let target = std::fs::canonicalize(file).ok();
+        for path in [Some(file.to_owned()), target].into_iter().flatten() {
+            if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+                let _ = watcher.watch(dir, RecursiveMode::NonRecursive);
+            }
         }
     }
 }

@@ -87,14 +87,12 @@ async fn serve(
         api_app(&state, dashboard),
         limits,
         crate::conn::permits(&limits),
+        None,
         stop_rx.clone(),
     ));
     if let Some((listeners, gateway)) = gateway {
-        println!(
-            "  gateway http://{} -> {}",
-            listeners.local_addr(),
-            gateway.upstream
-        );
+        let (scheme, addr) = (gateway.scheme(), listeners.local_addr());
+        println!("  gateway {scheme}://{addr} -> {}", gateway.upstream);
         let running = crate::gateway::start(listeners, state.clone(), stop_rx.clone()).await?;
         tasks.spawn(running);
     }
@@ -134,9 +132,10 @@ async fn serve(
     served
 }
 
-/// The API listener's app: the decision API and the dashboard (which probes the same store
-/// and lists the pools), behind the API's guard. Public so that the benchmarks' in-process
-/// probe (crates/sluicegate-bench) measures the app this listener serves.
+/// The API listener's app: the decision API and the dashboard (which probes the same store,
+/// lists the pools and reads the slots leases hold), behind the API's guard. Public so that
+/// the benchmarks' in-process probe (crates/sluicegate-bench) measures the app this
+/// listener serves.
 pub fn api_app(
     state: &AppState,
     dashboard: Arc<sluicegate_dashboard::DashboardObserver>,
@@ -145,7 +144,8 @@ pub fn api_app(
     let app = crate::app::router(state.clone()).merge(sluicegate_dashboard::router(
         sluicegate_dashboard::Dashboard::new(dashboard)
             .with_probe(Arc::clone(&state.store))
-            .with_pools(move || crate::dashboard::pool_rows(&pools_of)),
+            .with_pools(move || crate::dashboard::pool_rows(&pools_of))
+            .with_leases(crate::dashboard::LeaseReads(state.clone())),
     ));
     crate::app::guard(app, state.clone())
 }
@@ -161,7 +161,12 @@ pub async fn open_state(
         crate::metrics::observers(),
         Arc::clone(&dashboard) as Arc<dyn sluicegate_core::VerdictObserver>,
     ]);
-    let state = AppState::new(config.clone(), opened.store, opened.memory, observer)?;
+    // Every settle and release goes through this store: the dashboard counts them here.
+    let store: Arc<dyn sluicegate_core::Store> = Arc::new(crate::dashboard::Tallied::new(
+        opened.store,
+        Arc::clone(&dashboard),
+    ));
+    let state = AppState::new(config.clone(), store, opened.memory, observer)?;
     // The config's [[overrides]] are in the store before the first decision.
     state.sync_overrides().await;
     Ok((state, dashboard))

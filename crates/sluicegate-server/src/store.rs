@@ -7,7 +7,7 @@ use std::time::Instant;
 use sluicegate_core::{
     BoxFuture, CheckRequest, KeyedCheck, MemoryStore, Policy, Store, StoreError, Verdict,
 };
-use sluicegate_redis::{RedisConfig, RedisStore};
+use sluicegate_redis::{RedisConfig, RedisStore, SyncOptions, SyncedStore};
 
 use crate::config::{Backend, StoreConfig};
 use crate::metrics::{STORE_DURATION, STORE_ERRORS};
@@ -46,10 +46,17 @@ pub async fn open(config: &StoreConfig) -> Result<OpenedStore, ServerError> {
             };
             redis.key_prefix = config.key_prefix.clone();
             redis.timeout = config.timeout;
-            // The Redis store times its own calls (with the same metric names).
-            let store = RedisStore::connect(redis).await?;
+            // The Redis store times its own calls (with the same metric names); the
+            // local-first one decides in memory and is timed like the memory store.
+            let store: Arc<dyn Store> = match config.sync {
+                Some(interval) => {
+                    let options = SyncOptions::new(interval, config.max_keys);
+                    Arc::new(Timed::new(SyncedStore::connect(redis, options).await?))
+                }
+                None => Arc::new(RedisStore::connect(redis).await?),
+            };
             Ok(OpenedStore {
-                store: Arc::new(store),
+                store,
                 memory: None,
             })
         }

@@ -257,6 +257,16 @@ fn validate_refuses_concurrency_where_no_end_is_seen() {
         text.contains("Envoy's rate limit service never sees"),
         "{text}"
     );
+    // A native Envoy rule naming the concurrency policy: refused too, pointing at the rule.
+    let rule = format!(
+        "{with_gateway}\n[envoy]\nlisten = \"127.0.0.1:0\"\n\n[[envoy.rules]]\ndomain = \"api\"\nentries = [{{ key = \"remote_address\" }}]\npolicies = [\"inflight\"]\n"
+    );
+    let (code, text) = validate("rule.toml", &rule);
+    assert_eq!(code, Some(1), "{text}");
+    assert!(
+        text.contains("rule uses concurrency policy \"inflight\": Envoy's rate limit service never sees when a request ends"),
+        "{text}"
+    );
     let mixed = "[[policies]]\nname = \"c\"\nalgorithm = \"concurrency\"\nlimit = 2\nperiod = \"1s\"\nburst = 2\n";
     let (code, text) = validate("fields.toml", mixed);
     assert_eq!(code, Some(1), "{text}");

@@ -11,6 +11,7 @@ use sluicegate_core::{AlgorithmKind, Micros, Mode, Policy, PolicySpec};
 
 use crate::engine::{self, PolicyRun};
 use crate::error::SimError;
+use crate::model::{Dist, RequestModel, SettleMode};
 use crate::pattern::{Pattern, PatternParams};
 use crate::traffic::Traffic;
 use crate::{chart, report};
@@ -38,16 +39,33 @@ use crate::{chart, report};
 /// ```
 #[derive(Debug, Clone, clap::Args)]
 pub struct SimulateArgs {
-    /// The algorithm, several separated by commas, or `all` to compare the six on the same
-    /// traffic.
+    /// The algorithm, several separated by commas, or `all` to compare the six rate
+    /// algorithms on the same traffic (`concurrency` is named on its own).
     #[arg(long, value_name = "NAME[,NAME…]|all")]
     pub algorithm: Option<String>,
-    /// Requests per period.
+    /// Requests per period (concurrency: requests in flight).
     #[arg(long, value_name = "N")]
     pub limit: Option<u64>,
-    /// The period, e.g. 1s, 1m, 1h.
+    /// The period, e.g. 1s, 1m, 1h (not for concurrency).
     #[arg(long, value_name = "DUR", value_parser = parse_duration)]
     pub period: Option<Duration>,
+    /// Concurrency: how long an unreleased lease lasts; default 1m.
+    #[arg(long, value_name = "DUR", value_parser = parse_duration)]
+    pub lease: Option<Duration>,
+    /// How long each admitted request runs: `2s`, `exp:2s` (exponential, that mean) or
+    /// `uniform:1s..3s`. Concurrency leases are released when it ends.
+    #[arg(long, value_name = "DIST", value_parser = Dist::duration)]
+    pub request_duration: Option<Dist>,
+    /// The cost charged when a request arrives (reserve), replacing the pattern's 1.
+    #[arg(long, value_name = "N")]
+    pub cost_estimate: Option<u64>,
+    /// The real cost, known when the request ends: `800`, `exp:800`, `uniform:100..1500`.
+    #[arg(long, value_name = "DIST", value_parser = Dist::cost)]
+    pub cost_real: Option<Dist>,
+    /// With real costs: `on` settles each request with its real cost when it ends, `off`
+    /// keeps the estimate charged, `both` simulates each policy both ways.
+    #[arg(long, value_name = "on|off|both", default_value = "on")]
+    pub settle: SettleMode,
     /// Bucket capacity (token_bucket, leaky_bucket, gcra); default: the limit.
     #[arg(long, value_name = "N")]
     pub burst: Option<u64>,
@@ -65,7 +83,7 @@ pub struct SimulateArgs {
     pub out: Option<PathBuf>,
     /// reject, delay or shadow. When comparing several algorithms in delay mode, the window
     /// algorithms, which cannot delay, reject.
-    #[arg(long, value_name = "MODE", value_parser = parse_mode)]
+    #[arg(long, value_name = "MODE", value_parser = str::parse::<Mode>)]
     pub mode: Option<Mode>,
     /// Delay mode: the longest wait; default: one period.
     #[arg(long, value_name = "DUR", value_parser = parse_duration)]
@@ -73,7 +91,7 @@ pub struct SimulateArgs {
     /// Requests per clump (burst) or per straddle (boundary); default: twice the limit.
     #[arg(long, value_name = "N")]
     pub size: Option<u64>,
-    /// Seed of the Poisson pattern's random numbers.
+    /// Seed of the Poisson pattern's and the request model's random numbers.
     #[arg(long, value_name = "N", default_value_t = 1)]
     pub seed: u64,
     /// Read policies from this config file's [[policies]]; the flags above override them.
@@ -91,15 +109,6 @@ pub struct SimulateArgs {
 /// Reads a configuration file's `[[policies]]` as written, validated; the error is every
 /// mistake, one per line, with its place in the file.
 pub type PolicyReader = fn(&Path) -> Result<Vec<PolicySpec>, String>;
-
-fn parse_mode(text: &str) -> Result<Mode, String> {
-    match text {
-        "reject" => Ok(Mode::Reject),
-        "delay" => Ok(Mode::Delay),
-        "shadow" => Ok(Mode::Shadow),
-        _ => Err(format!("expected reject, delay or shadow, got {text:?}")),
-    }
-}
 
 /// The outcome of [`SimulateArgs::simulate`]: the traffic and what each policy did with it.
 #[derive(Debug, Clone)]
@@ -149,9 +158,13 @@ impl SimulateArgs {
             .ok_or_else(|| SimError::Usage("no policy to simulate".to_owned()))?;
         let period = first.period();
         let limit = first.limit();
-        let rate = self
-            .rate
-            .unwrap_or(2.0 * limit as f64 * 1e6 / period as f64);
+        // A concurrency limit is reached at `limit` requests in flight: by default, twice
+        // as many arrive per mean request duration.
+        let per = match (first.algorithm(), self.request_duration) {
+            (AlgorithmKind::Concurrency, Some(d)) => d.mean().max(1.0),
+            _ => period as f64,
+        };
+        let rate = self.rate.unwrap_or(2.0 * limit as f64 * 1e6 / per);
         let duration = match self.duration {
             Some(d) => micros(d),
             None => period.saturating_mul(10),
@@ -167,11 +180,19 @@ impl SimulateArgs {
         if let (Pattern::Trace(_), Some(d)) = (&self.pattern, self.duration) {
             traffic = clip(traffic, micros(d));
         }
+        traffic = self.model().apply(traffic)?;
         let bucket = bucket_width(traffic.duration());
-        let runs = policies
-            .iter()
-            .map(|p| engine::run(p, &traffic, bucket))
-            .collect::<Result<Vec<_>, _>>()?;
+        let ways: &[bool] = match self.settle {
+            SettleMode::On => &[true],
+            SettleMode::Off => &[false],
+            SettleMode::Both => &[true, false],
+        };
+        let mut runs = Vec::new();
+        for p in &policies {
+            for &settle in ways {
+                runs.push(engine::run_with(p, &traffic, bucket, settle)?);
+            }
+        }
         let description = match &self.pattern {
             Pattern::Trace(_) => format!("pattern {}", self.pattern),
             Pattern::Boundary => format!(
@@ -184,12 +205,37 @@ impl SimulateArgs {
                 trim_float(rate)
             ),
             _ => format!("pattern {} ({} per second)", self.pattern, trim_float(rate)),
-        };
+        } + &self.model_description();
         Ok(Simulation {
             description,
             traffic,
             runs,
         })
+    }
+
+    /// The request model of the flags.
+    pub fn model(&self) -> RequestModel {
+        RequestModel {
+            duration: self.request_duration,
+            estimate: self.cost_estimate,
+            real: self.cost_real,
+            seed: self.seed,
+        }
+    }
+
+    /// The request model's part of the title: `; requests last exp:2s`, costs.
+    fn model_description(&self) -> String {
+        let mut text = String::new();
+        if let Some(d) = self.request_duration {
+            text.push_str(&format!("; requests last {}", duration_text(d)));
+        }
+        if let Some(e) = self.cost_estimate {
+            text.push_str(&format!("; {e} charged on arrival"));
+        }
+        if let Some(r) = self.cost_real {
+            text.push_str(&format!("; real cost {r}"));
+        }
+        text
     }
 
     /// The policies to simulate: from the config file with the flags laid over, or from
@@ -216,10 +262,14 @@ impl SimulateArgs {
         let specs = match &self.config {
             Some(path) => self.config_specs(path)?,
             None => {
+                // Concurrency alone has no period (its duration is --lease).
+                let leases_only = chosen
+                    .as_ref()
+                    .is_some_and(|k| k.iter().all(|k| *k == AlgorithmKind::Concurrency));
                 let missing: Vec<&str> = [
                     (self.algorithm.is_none(), "--algorithm"),
                     (self.limit.is_none(), "--limit"),
-                    (self.period.is_none(), "--period"),
+                    (self.period.is_none() && !leases_only, "--period"),
                 ]
                 .into_iter()
                 .filter_map(|(m, flag)| m.then_some(flag))
@@ -278,6 +328,14 @@ impl SimulateArgs {
             spec.period = text(period);
             (spec.calendar, spec.timezone) = (None, None);
         }
+        if kind == AlgorithmKind::Concurrency {
+            // A lease instead of a period; none of the rate fields.
+            spec.period = String::new();
+            spec.lease = self.lease.map(text).or(spec.lease);
+            (spec.calendar, spec.timezone, spec.penalty) = (None, None, None);
+        } else {
+            spec.lease = None;
+        }
         spec.limit = self.limit.unwrap_or(spec.limit);
         spec.burst = self.burst.or(spec.burst);
         spec.mode = self.mode.unwrap_or(spec.mode);
@@ -287,6 +345,12 @@ impl SimulateArgs {
         }
         if let Some(max_delay) = self.max_delay {
             spec.max_delay = Some(text(max_delay));
+        }
+        if kind == AlgorithmKind::Concurrency {
+            spec.burst = None;
+            if several {
+                (spec.max_delay, spec.mode) = (None, Mode::Reject);
+            }
         }
         spec.validate().map_err(|errors| SimError::Invalid {
             name: name.to_owned(),
@@ -351,6 +415,16 @@ fn bucket_width(duration: Micros) -> Micros {
             }
         }
         unit = unit.saturating_mul(10);
+    }
+}
+
+/// A duration distribution as written: `2s`, `exp:2s`, `uniform:1s..3s`.
+fn duration_text(d: Dist) -> String {
+    let t = |us: f64| report::human(us.round() as Micros);
+    match d {
+        Dist::Fixed(v) => t(v),
+        Dist::Exp(v) => format!("exp:{}", t(v)),
+        Dist::Uniform(lo, hi) => format!("uniform:{}..{}", t(lo), t(hi)),
     }
 }
 

@@ -1,9 +1,14 @@
 //! The SVG chart: one panel per policy, offered and admitted requests over time, the
 //! delayed ones in delay mode, and the busiest key's admitted count over the last period
-//! against the limit (where a fixed window's boundary burst shows as twice the limit).
+//! against the limit (where a fixed window's boundary burst shows as twice the limit). A
+//! concurrency policy's panel shows instead the busiest key's slots held by leases and,
+//! with a request-duration model, its requests running, against the limit, and the
+//! rejections per bucket.
 
+use plotters::chart::DualCoordChartContext;
+use plotters::coord::types::RangedCoordf64;
 use plotters::prelude::*;
-use sluicegate_core::Micros;
+use sluicegate_core::{AlgorithmKind, Micros};
 
 use crate::engine::PolicyRun;
 use crate::error::SimError;
@@ -19,6 +24,8 @@ const ADMITTED: RGBColor = RGBColor(31, 119, 180);
 const DELAYED: RGBColor = RGBColor(255, 127, 14);
 const IN_PERIOD: RGBColor = RGBColor(44, 160, 44);
 const LIMIT: RGBColor = RGBColor(214, 39, 40);
+const RUNNING: RGBColor = RGBColor(148, 103, 189);
+const REJECTED: RGBColor = RGBColor(140, 86, 75);
 
 /// Renders the runs as one SVG document.
 pub fn render(title: &str, runs: &[PolicyRun]) -> Result<String, SimError> {
@@ -31,7 +38,7 @@ pub fn render(title: &str, runs: &[PolicyRun]) -> Result<String, SimError> {
             .titled(title, ("sans-serif", 20))
             .map_err(chart_error)?;
         let (legend_area, panels) = root.split_vertically(LEGEND_HEIGHT);
-        draw_legend(&legend_area, runs.iter().any(|r| r.delayed > 0))?;
+        draw_legend(&legend_area, Shown::of(runs))?;
         let panels = panels.split_evenly((runs.len().max(1), 1));
         for (run, panel) in runs.iter().zip(panels.iter()) {
             draw_panel(panel, run)?;
@@ -41,10 +48,33 @@ pub fn render(title: &str, runs: &[PolicyRun]) -> Result<String, SimError> {
     Ok(svg)
 }
 
+/// Which optional lines some panel draws.
+#[derive(Clone, Copy)]
+struct Shown {
+    delayed: bool,
+    leases: bool,
+    rates: bool,
+    running: bool,
+}
+
+impl Shown {
+    fn of(runs: &[PolicyRun]) -> Self {
+        let leases = |r: &PolicyRun| r.policy.algorithm() == AlgorithmKind::Concurrency;
+        Shown {
+            delayed: runs.iter().any(|r| r.delayed > 0),
+            leases: runs.iter().any(leases),
+            rates: !runs.iter().all(leases),
+            running: runs
+                .iter()
+                .any(|r| leases(r) && !r.series.in_flight.is_empty()),
+        }
+    }
+}
+
 /// One legend line for all panels, so no panel's data hides behind it.
 fn draw_legend<DB: DrawingBackend>(
     area: &DrawingArea<DB, plotters::coord::Shift>,
-    delayed: bool,
+    shown: Shown,
 ) -> Result<(), SimError> {
     enum Mark {
         Fill(RGBAColor),
@@ -55,13 +85,22 @@ fn draw_legend<DB: DrawingBackend>(
         (Mark::Fill(OFFERED.mix(0.5)), "offered"),
         (Mark::Fill(ADMITTED.mix(0.6)), "admitted"),
     ];
-    if delayed {
+    if shown.delayed {
         items.push((Mark::Line(DELAYED), "delayed (at arrival)"));
     }
-    items.push((
-        Mark::Line(IN_PERIOD),
-        "admitted in the last period (right axis)",
-    ));
+    if shown.leases {
+        items.push((Mark::Line(REJECTED), "rejected"));
+    }
+    if shown.rates {
+        let text = "admitted in the last period (right axis)";
+        items.push((Mark::Line(IN_PERIOD), text));
+    }
+    if shown.leases {
+        items.push((Mark::Line(IN_PERIOD), "slots held (right axis)"));
+    }
+    if shown.running {
+        items.push((Mark::Line(RUNNING), "requests running (right axis)"));
+    }
     items.push((Mark::Dash(LIMIT), "limit (right axis)"));
     let font = ("sans-serif", 13).into_font().color(&BLACK);
     let mut x = 70;
@@ -127,11 +166,23 @@ fn steps(values: &[u64], width: f64) -> Vec<(f64, f64)> {
 /// A panel's title: the policy, its numbers, and what it did with the traffic.
 fn caption(run: &PolicyRun) -> String {
     let policy = &run.policy;
+    let label = crate::report::label(run);
     let name = if policy.name() == policy.algorithm().name() {
-        policy.name().to_owned()
+        label
     } else {
-        format!("{} ({})", policy.name(), policy.algorithm())
+        format!("{label} ({})", policy.algorithm())
     };
+    if let Some(l) = &run.leases {
+        return format!(
+            "{name}, {} in flight, lease {}: admitted {} of {}, most held {}, most running {}",
+            policy.limit(),
+            human(policy.period()),
+            run.admitted,
+            run.offered,
+            l.peak_held,
+            l.peak_running,
+        );
+    }
     format!(
         "{name}, {} per {}{}: admitted {} of {}, most in one period {}",
         policy.limit(),
@@ -146,6 +197,52 @@ fn caption(run: &PolicyRun) -> String {
     )
 }
 
+/// The right axis's top and title: slots for concurrency, cost in the last period else.
+fn right_axis(run: &PolicyRun) -> (f64, String) {
+    let policy = &run.policy;
+    let running_top = run.series.in_flight.iter().copied().max().unwrap_or(0);
+    let concurrency = run.leases.is_some();
+    let top = if concurrency {
+        run.peak_in_period.max(running_top)
+    } else {
+        run.peak_in_period
+    };
+    let top = (top.max(policy.limit()) as f64 * 1.25).max(1.0);
+    let title = if concurrency {
+        "slots held / requests running (busiest key)".to_owned()
+    } else if run.settle.is_some() {
+        format!("real cost admitted in the last {}", human(policy.period()))
+    } else {
+        format!("admitted in the last {}", human(policy.period()))
+    };
+    (top, title)
+}
+
+type Xy = Cartesian2d<RangedCoordf64, RangedCoordf64>;
+
+/// A concurrency panel's own lines: rejections (left axis) and requests running (right).
+fn draw_lease_lines<DB: DrawingBackend>(
+    chart: &mut DualCoordChartContext<'_, DB, Xy, Xy>,
+    s: &crate::engine::Series,
+    width: f64,
+) -> Result<(), SimError> {
+    chart
+        .draw_series(LineSeries::new(
+            steps(&s.rejected, width),
+            REJECTED.stroke_width(1),
+        ))
+        .map_err(chart_error)?;
+    if !s.in_flight.is_empty() {
+        chart
+            .draw_secondary_series(LineSeries::new(
+                steps(&s.in_flight, width),
+                RUNNING.stroke_width(1),
+            ))
+            .map_err(chart_error)?;
+    }
+    Ok(())
+}
+
 fn draw_panel<DB: DrawingBackend>(
     area: &DrawingArea<DB, plotters::coord::Shift>,
     run: &PolicyRun,
@@ -157,7 +254,7 @@ fn draw_panel<DB: DrawingBackend>(
     let span = s.offered.len() as f64 * width;
     let top = s.offered.iter().chain(&s.admitted).copied().max();
     let top = top.unwrap_or(1).max(1) as f64 * 1.15;
-    let top2 = (run.peak_in_period.max(policy.limit()) as f64 * 1.25).max(1.0);
+    let (top2, right) = right_axis(run);
     let mut chart = ChartBuilder::on(area)
         .caption(caption(run), ("sans-serif", 15))
         .margin(8)
@@ -179,7 +276,7 @@ fn draw_panel<DB: DrawingBackend>(
         .map_err(chart_error)?;
     chart
         .configure_secondary_axes()
-        .y_desc(format!("admitted in the last {}", human(policy.period())))
+        .y_desc(right)
         .axis_desc_style(("sans-serif", 13))
         .draw()
         .map_err(chart_error)?;
@@ -203,6 +300,9 @@ fn draw_panel<DB: DrawingBackend>(
                 DELAYED.stroke_width(2),
             ))
             .map_err(chart_error)?;
+    }
+    if run.leases.is_some() {
+        draw_lease_lines(&mut chart, s, width)?;
     }
     chart
         .draw_secondary_series(LineSeries::new(

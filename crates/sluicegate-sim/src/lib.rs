@@ -2,7 +2,8 @@
 //!
 //! It runs a traffic [`Pattern`] (steady, bursts, a burst straddling a window boundary,
 //! Poisson arrivals, a ramp, or a CSV trace) through one or more policies on a virtual
-//! clock, and reports what each did: a plain-text summary table and an SVG chart. The
+//! clock (with, optionally, how long each request runs and what it really costs: see
+//! [`model`]), and reports what each did: a plain-text summary table and an SVG chart. The
 //! decisions are those of `sluicegate-core`'s own algorithms, called directly at each
 //! request's virtual time: the simulator counts and draws; it decides nothing itself. A
 //! simulated hour takes a fraction of a second, and nothing sleeps.
@@ -30,6 +31,7 @@ pub mod chart;
 pub mod engine;
 mod error;
 pub mod memory;
+pub mod model;
 pub mod pattern;
 pub mod pool;
 pub mod report;
@@ -37,7 +39,7 @@ pub mod trace;
 mod traffic;
 
 pub use args::{SimulateArgs, Simulation};
-pub use engine::PolicyRun;
+pub use engine::{LeaseStats, PolicyRun, SettleStats};
 pub use error::SimError;
 pub use pattern::{Pattern, PatternParams};
 pub use traffic::{Arrival, MAX_REQUESTS, Traffic};

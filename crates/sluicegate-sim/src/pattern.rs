@@ -124,14 +124,7 @@ impl Pattern {
             Pattern::Ramp => ramp(params),
             Pattern::Trace(_) => Vec::new(),
         };
-        let arrivals = times
-            .into_iter()
-            .map(|at| Arrival {
-                at,
-                key: 0,
-                cost: 1,
-            })
-            .collect();
+        let arrivals = times.into_iter().map(|at| Arrival::new(at, 0, 1)).collect();
         Ok(Traffic::new(
             arrivals,
             vec!["client".to_owned()],

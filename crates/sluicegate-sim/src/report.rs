@@ -3,7 +3,7 @@
 use std::fmt::Write as _;
 use std::time::Duration;
 
-use sluicegate_core::{Micros, Mode};
+use sluicegate_core::{AlgorithmKind, Micros, Mode};
 
 use crate::engine::PolicyRun;
 use crate::traffic::Traffic;
@@ -22,7 +22,8 @@ pub fn human(us: Micros) -> String {
 ///
 /// Columns: offered, admitted (including delayed and shadow-denied), rejected, delayed, the
 /// most admitted for one key in any interval of one period (and that as a multiple of the
-/// limit), and the peak bytes of one key's algorithm state.
+/// limit; for concurrency, the most slots one key held), and the peak bytes of one key's
+/// algorithm state. Below: waits, leases (held, running, released, expired) and settles.
 pub fn table(description: &str, traffic: &Traffic, runs: &[PolicyRun]) -> String {
     let mut out = String::new();
     let keys = traffic.keys().len();
@@ -59,13 +60,56 @@ pub fn table(description: &str, traffic: &Traffic, runs: &[PolicyRun]) -> String
             human(run.max_delay)
         );
     }
+    for run in runs {
+        notes(&mut out, run);
+    }
     out
+}
+
+/// The lines under the table for leases and settles.
+fn notes(out: &mut String, run: &PolicyRun) {
+    let name = label(run);
+    if let Some(l) = &run.leases {
+        let _ = writeln!(
+            out,
+            "\n{name}: at most {} slots held by one key and {} of its requests running at once; \
+             {} leases released when their request ended, {} expired first (the request outlived the lease)",
+            l.peak_held, l.peak_running, l.released, l.expired
+        );
+    }
+    if let Some(s) = &run.settle {
+        let what = if s.settled {
+            format!(
+                "settled at each request's end: {} gave cost back, {} charged more",
+                s.refunded, s.charged
+            )
+        } else {
+            "not settled: the estimate stayed charged".to_owned()
+        };
+        let _ = writeln!(
+            out,
+            "\n{name}: admitted {} estimated, {} real cost; {what}",
+            s.estimated, s.real
+        );
+    }
+}
+
+/// The policy's name, and whether real costs were settled when the traffic has them.
+pub fn label(run: &PolicyRun) -> String {
+    match &run.settle {
+        Some(s) if s.settled => format!("{} (settled)", run.policy.name()),
+        Some(_) => format!("{} (estimate only)", run.policy.name()),
+        None => run.policy.name().to_owned(),
+    }
 }
 
 /// One policy's row of the table.
 fn row(run: &PolicyRun) -> [String; 9] {
     let p = &run.policy;
-    let limit = if p.algorithm().uses_burst() && p.burst() != p.limit() {
+    let concurrency = p.algorithm() == AlgorithmKind::Concurrency;
+    let limit = if concurrency {
+        format!("{} in flight, lease {}", p.limit(), human(p.period()))
+    } else if p.algorithm().uses_burst() && p.burst() != p.limit() {
         format!("{}/{} burst {}", p.limit(), human(p.period()), p.burst())
     } else {
         format!("{}/{}", p.limit(), human(p.period()))
@@ -80,15 +124,20 @@ fn row(run: &PolicyRun) -> [String; 9] {
     } else {
         run.rejected.to_string()
     };
+    let peak = if concurrency {
+        format!("{} held ({ratio:.2}×)", run.peak_in_period)
+    } else {
+        format!("{} ({ratio:.2}×)", run.peak_in_period)
+    };
     [
-        p.name().to_owned(),
+        label(run),
         p.algorithm().name().to_owned(),
         limit,
         mode,
         run.admitted.to_string(),
         rejected,
         run.delayed.to_string(),
-        format!("{} ({ratio:.2}×)", run.peak_in_period),
+        peak,
         run.state_bytes.to_string(),
     ]
 }

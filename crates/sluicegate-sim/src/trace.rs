@@ -1,11 +1,12 @@
-//! Trace files: one request a line, `timestamp_ms[,key[,cost]]`, as CSV (RFC 4180: a key
-//! with a comma or a quote is quoted, `"a,b"`, `"say ""hi"""`).
+//! Trace files: one request a line, `timestamp_ms[,key[,cost[,duration_ms[,real_cost]]]]`,
+//! as CSV (RFC 4180: a key with a comma or a quote is quoted, `"a,b"`, `"say ""hi"""`).
 //!
 //! Blank lines and lines starting with `#` are skipped, as is a first line naming the
 //! columns (`timestamp_ms,key,cost`). Timestamps are milliseconds (fractions allowed), in any
 //! order; they may count from 0 or be Unix times. Unix times are shifted back by whole days,
 //! so windows that divide a day stay aligned as they were in production. A missing key is
-//! `client`; a missing cost is 1.
+//! `client`; a missing cost is 1. `duration_ms` (how long the request ran) and `real_cost`
+//! (what it really cost, settled when it ends) may be missing or empty: not modelled.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -73,7 +74,12 @@ pub fn parse(text: &str) -> Result<Traffic, (usize, String)> {
         }
         let (at, key, cost) = fields(&record).map_err(|reason| (line, reason))?;
         let key = keys.index(key).map_err(|reason| (line, reason))?;
-        arrivals.push(Arrival { at, key, cost });
+        let (duration, real) = model_fields(&record).map_err(|reason| (line, reason))?;
+        arrivals.push(Arrival {
+            duration,
+            real,
+            ..Arrival::new(at, key, cost)
+        });
     }
     if arrivals.is_empty() {
         return Err((
@@ -96,9 +102,9 @@ fn line_of(error: &csv::Error) -> Option<usize> {
 
 /// One request's `timestamp_ms[,key[,cost]]`.
 fn fields(record: &csv::StringRecord) -> Result<(Micros, &str, u64), String> {
-    if record.len() > 3 {
+    if record.len() > 5 {
         return Err(format!(
-            "expected timestamp_ms[,key[,cost]], got {} fields",
+            "expected timestamp_ms[,key[,cost[,duration_ms[,real_cost]]]], got {} fields",
             record.len()
         ));
     }
@@ -118,6 +124,26 @@ fn fields(record: &csv::StringRecord) -> Result<(Micros, &str, u64), String> {
         },
     };
     Ok((at, key, cost))
+}
+
+/// One request's optional `duration_ms` and `real_cost` (missing or empty: not modelled).
+fn model_fields(record: &csv::StringRecord) -> Result<(Option<Micros>, Option<u64>), String> {
+    let duration = match record.get(3).filter(|t| !t.is_empty()) {
+        None => None,
+        Some(text) => Some(
+            parse_timestamp(text)
+                .map_err(|_| format!("duration {text:?} is not a number of milliseconds"))?
+                .min(crate::model::MAX_DRAW),
+        ),
+    };
+    let real = match record.get(4).filter(|t| !t.is_empty()) {
+        None => None,
+        Some(text) => match text.parse::<u64>() {
+            Ok(real) if real <= crate::model::MAX_DRAW => Some(real),
+            _ => return Err(format!("real cost {text:?} is not a whole number")),
+        },
+    };
+    Ok((duration, real))
 }
 
 /// The trace's distinct keys, each numbered in order of first appearance.
@@ -176,11 +202,26 @@ mod tests {
         // Unquoted, the comma still separates fields: "b" is then a cost.
         assert!(parse("0,a,b\n").unwrap_err().1.contains("cost \"b\""));
         assert_eq!(
-            parse("0,\"a,b\",1,x\n").unwrap_err(),
+            parse("0,\"a,b\",1,2,3,x\n").unwrap_err(),
             (
                 1,
-                "expected timestamp_ms[,key[,cost]], got 4 fields".to_owned()
+                "expected timestamp_ms[,key[,cost[,duration_ms[,real_cost]]]], got 6 fields"
+                    .to_owned()
             )
+        );
+    }
+
+    #[test]
+    fn durations_and_real_costs_are_optional_columns() {
+        let t = parse("0,a,10,1500,7\n1,a,10,,\n2,a,10,250.5\n").unwrap();
+        let got: Vec<_> = t.arrivals().iter().map(|a| (a.duration, a.real)).collect();
+        assert_eq!(
+            got,
+            [
+                (Some(1_500_000), Some(7)),
+                (None, None),
+                (Some(250_500), None)
+            ]
         );
     }
 
@@ -198,7 +239,9 @@ mod tests {
             ("0\n-5\n", 2, "not a number"),
             ("0,a,0\n", 1, "at least 1"),
             ("0,a,1.5\n", 1, "at least 1"),
-            ("0,a,1,extra\n", 1, "4 fields"),
+            ("0,a,1,2,3,extra\n", 1, "6 fields"),
+            ("0,a,1,soon\n", 1, "duration \"soon\""),
+            ("0,a,1,5,-3\n", 1, "real cost \"-3\""),
             ("# nothing\n", 1, "no requests"),
             ("timestamp_ms\n5,a\nNaN\n", 3, "not a number"),
         ];

@@ -12,8 +12,26 @@ pub struct Arrival {
     pub at: Micros,
     /// Index into [`Traffic::keys`].
     pub key: u32,
-    /// The request's weight.
+    /// The request's weight: what is charged on arrival (the estimate, when `real` is set).
     pub cost: u64,
+    /// How long the request runs once admitted, µs; `None`: it is not modelled (a
+    /// concurrency lease is then held until it expires).
+    pub duration: Option<Micros>,
+    /// The real cost, known when the request ends; `None`: the cost charged is the real one.
+    pub real: Option<u64>,
+}
+
+impl Arrival {
+    /// A request of `cost` at `at` from key `key`, with no duration or real cost.
+    pub fn new(at: Micros, key: u32, cost: u64) -> Self {
+        Arrival {
+            at,
+            key,
+            cost,
+            duration: None,
+            real: None,
+        }
+    }
 }
 
 /// Offered requests in time order, and the client keys they name.
@@ -57,20 +75,18 @@ impl Traffic {
     /// Requests of cost 1 from one client called `client` at the given times (µs).
     pub fn single_key(times: Vec<Micros>) -> Self {
         let duration = times.iter().max().map_or(0, |t| t + 1);
-        let arrivals = times
-            .into_iter()
-            .map(|at| Arrival {
-                at,
-                key: 0,
-                cost: 1,
-            })
-            .collect();
+        let arrivals = times.into_iter().map(|at| Arrival::new(at, 0, 1)).collect();
         Traffic::new(arrivals, vec!["client".to_owned()], duration)
     }
 
     /// The requests, in time order.
     pub fn arrivals(&self) -> &[Arrival] {
         &self.arrivals
+    }
+
+    /// The requests, to change them (then [`Traffic::new`] again).
+    pub fn into_arrivals(self) -> Vec<Arrival> {
+        self.arrivals
     }
 
     /// The client keys; [`Arrival::key`] indexes this.
@@ -86,10 +102,5 @@ impl Traffic {
     /// The largest cost of any request (0 when there are none).
     pub fn max_cost(&self) -> u64 {
         self.arrivals.iter().map(|a| a.cost).max().unwrap_or(0)
-    }
-
-    /// Total cost offered.
-    pub fn offered_cost(&self) -> u64 {
-        self.arrivals.iter().map(|a| a.cost).sum()
     }
 }

@@ -21,6 +21,8 @@ pub mod program;
 pub mod prop;
 pub mod redis;
 pub mod sluicegate;
+#[cfg(feature = "tls")]
+pub mod tls;
 
 pub use envoy::{Envoy, envoy_binary, rate_limited_bootstrap, start_upstream};
 pub use http::{ok_count, statuses};

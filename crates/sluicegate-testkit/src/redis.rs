@@ -42,18 +42,6 @@ impl RedisServer {
         Some(Self::spawn_new(free_port(), extra))
     }
 
-    /// A replica of `master`, waited for until its initial sync is done.
-    pub fn replica_of(master: &RedisServer) -> RedisServer {
-        let port = master.port.to_string();
-        let replica = Self::spawn_new(free_port(), &["--replicaof", "127.0.0.1", &port]);
-        wait_until("the replica is in sync with its master", || {
-            replica
-                .cli(&["info", "replication"])
-                .contains("master_link_status:up")
-        });
-        replica
-    }
-
     fn spawn_new(port: u16, extra: &[&str]) -> RedisServer {
         let mut server = RedisServer {
             port,

@@ -46,7 +46,10 @@ impl Banner {
         let addr = |rest: &str| rest.split(' ').next().and_then(|a| a.parse().ok());
         if let Some(rest) = t.strip_prefix("api http://") {
             self.api = addr(rest);
-        } else if let Some(rest) = t.strip_prefix("gateway http://") {
+        } else if let Some(rest) = t
+            .strip_prefix("gateway http://")
+            .or_else(|| t.strip_prefix("gateway https://"))
+        {
             self.gateway = addr(rest);
         } else if let Some(rest) = t.strip_prefix("envoy grpc://") {
             self.envoy = addr(rest);
@@ -64,7 +67,19 @@ impl Sluicegate {
     /// As [`Sluicegate::start`]; without `pick_port` no `--listen` is added (the config file
     /// or the arguments choose the API address).
     pub fn start_with(bin: &str, args: &[&str], pick_port: bool) -> Sluicegate {
+        Self::start_env(bin, args, pick_port, &[])
+    }
+
+    /// As [`Sluicegate::start_with`], with these environment variables set for the process
+    /// (e.g. `SSL_CERT_FILE`, where the system's trusted certificates are read from).
+    pub fn start_env(
+        bin: &str,
+        args: &[&str],
+        pick_port: bool,
+        env: &[(&str, &str)],
+    ) -> Sluicegate {
         let mut cmd = Command::new(bin);
+        cmd.envs(env.iter().copied());
         cmd.arg("serve").args(args);
         if pick_port {
             cmd.args(["--listen", "127.0.0.1:0"]);

@@ -12,7 +12,7 @@
 
 use super::{Algorithm, Quota};
 use crate::clock::Micros;
-use crate::decision::{Decision, div_ceil, sat};
+use crate::decision::{Decision, Divisor, div_ceil, sat};
 
 /// GCRA.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -22,6 +22,8 @@ pub struct Gcra {
     unit: Micros,
     /// How far ahead of now the TAT may be: `burst` emission intervals.
     tolerance: Micros,
+    /// Divides by `unit` without a hardware division (every decision does it once).
+    per_unit: Divisor,
 }
 
 /// A key's theoretical arrival time; 0 (the default) is a key never seen.
@@ -39,6 +41,7 @@ impl Gcra {
             limit,
             unit,
             tolerance: burst.saturating_mul(unit),
+            per_unit: Divisor::new(unit),
         }
     }
 
@@ -51,7 +54,7 @@ impl Gcra {
     /// Whole requests admissible while the TAT is `ahead` µs past now.
     #[inline]
     fn whole(&self, ahead: Micros) -> u64 {
-        self.tolerance.saturating_sub(ahead) / self.unit
+        self.per_unit.div(self.tolerance.saturating_sub(ahead))
     }
 }
 

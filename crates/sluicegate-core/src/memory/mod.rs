@@ -232,26 +232,37 @@ impl<C: Clock> MemoryStore<C> {
         fp.shard(self.shards.len())
     }
 
-    /// One policy: one lock, one allocation (the verdict's list of decisions).
+    /// One policy: one lock, one probe of the key's cells, no allocation. A key with an
+    /// override, a policy with a penalty, or a new key in a full shard take the general
+    /// steps (evaluate, then commit), as several policies do.
     fn decide_one(&self, item: &KeyedCheck<'_>, now: Micros) -> Verdict {
         let r = self.registry.get_or_add(item.policy);
         let fp = self.hasher.fingerprint(item.key);
-        let mut shard = self.shards[self.shard_of(fp)].lock();
-        let mut target = Target {
-            r,
-            policy: item.policy,
-            fp,
-            numbers: None,
+        let decision = {
+            let mut shard = self.shards[self.shard_of(fp)].lock();
+            let mut target = Target {
+                r,
+                policy: item.policy,
+                fp,
+                numbers: None,
+            };
+            let numbers = shard.resolve(&target, now);
+            target.numbers = numbers.as_deref();
+            match shard.check_one(&target, now, item.cost) {
+                Some(decision) => decision,
+                None => {
+                    let decision = shard.evaluate(target, now, item.cost);
+                    // One policy: it consumes iff it admits (a shadow denial takes nothing).
+                    if decision.allowed {
+                        shard.commit(target, now, item.cost, &decision, &|_, _| false);
+                    }
+                    shard.sweep(r.index, now);
+                    decision
+                }
+            }
         };
-        let numbers = shard.resolve(&target, now);
-        target.numbers = numbers.as_deref();
-        let decision = shard.evaluate(target, now, item.cost);
         let mut verdict = Verdict::combine_one(Arc::clone(item.policy), decision);
         verdict.at = now;
-        if verdict.consumes(0) {
-            shard.commit(target, now, item.cost, &decision, &|_, _| false);
-        }
-        shard.sweep(r.index, now);
         verdict
     }
 
@@ -275,30 +286,33 @@ impl<C: Clock> MemoryStore<C> {
         let mut guards: Vec<MutexGuard<'_, StoreShard>> =
             order.iter().map(|&s| self.shards[s].lock()).collect();
         let guard = |shard: usize| order.partition_point(|&s| s < shard);
-        let numbers: Vec<Option<Arc<Policy>>> = items
-            .iter()
-            .zip(&parts)
-            .map(|(item, (r, fp, s))| {
-                let target = Target {
-                    r: *r,
-                    policy: item.policy,
-                    fp: *fp,
-                    numbers: None,
-                };
-                guards[guard(*s)].resolve(&target, now)
-            })
-            .collect();
+        // Keys' own numbers (overrides), in item order; left empty, with no allocation,
+        // while no item has any (the common case: a shard without overrides answers at once).
+        let mut numbers: Vec<Option<Arc<Policy>>> = Vec::new();
+        for (i, (item, (r, fp, s))) in items.iter().zip(&parts).enumerate() {
+            let target = Target {
+                r: *r,
+                policy: item.policy,
+                fp: *fp,
+                numbers: None,
+            };
+            if let Some(own) = guards[guard(*s)].resolve(&target, now) {
+                numbers.resize_with(i, || None);
+                numbers.push(Some(own));
+            }
+        }
+        let numbers_of = |i: usize| numbers.get(i).and_then(|n| n.as_deref());
 
         let decided: Vec<(Arc<Policy>, Decision, u64)> = items
             .iter()
             .zip(&parts)
-            .zip(&numbers)
-            .map(|((item, (r, fp, s)), numbers)| {
+            .enumerate()
+            .map(|(i, (item, (r, fp, s)))| {
                 let target = Target {
                     r: *r,
                     policy: item.policy,
                     fp: *fp,
-                    numbers: numbers.as_deref(),
+                    numbers: numbers_of(i),
                 };
                 let d = guards[guard(*s)].evaluate(target, now, item.cost);
                 (Arc::clone(item.policy), d, item.cost)
@@ -307,12 +321,7 @@ impl<C: Clock> MemoryStore<C> {
         let mut verdict = Verdict::combine(decided);
         verdict.at = now;
         let decided = verdict.decisions.iter().map(|d| &d.decision);
-        for (i, (((item, (r, fp, s)), decision), numbers)) in items
-            .iter()
-            .zip(&parts)
-            .zip(decided)
-            .zip(&numbers)
-            .enumerate()
+        for (i, ((item, (r, fp, s)), decision)) in items.iter().zip(&parts).zip(decided).enumerate()
         {
             if verdict.consumes(i) {
                 let protected = |index: usize, f: Fingerprint| {
@@ -324,7 +333,7 @@ impl<C: Clock> MemoryStore<C> {
                     r: *r,
                     policy: item.policy,
                     fp: *fp,
-                    numbers: numbers.as_deref(),
+                    numbers: numbers_of(i),
                 };
                 guards[guard(*s)].commit(target, now, item.cost, decision, &protected);
             }

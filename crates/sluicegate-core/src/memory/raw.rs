@@ -33,22 +33,28 @@ struct Cell<S> {
 
 /// The cells of one policy in one shard. Every method that may drop or move entries takes
 /// `idle_at`, the algorithm's expiry function, to keep `min_idle` a valid lower bound.
+///
+/// `repr(C)` keeps the fields every decision touches (the cells, `len`, the expiry
+/// bounds, `heap_of`) in declaration order at the front: behind a shard's mutex byte they
+/// share its first cache line, so a decision loads one line of the shard, not two.
 #[derive(Debug)]
+#[repr(C)]
 pub(crate) struct RawTable<S> {
     cells: Box<[Cell<S>]>,
     len: usize,
-    /// Most entries this table may ever hold (the shard's bound); caps growth.
-    max_len: usize,
-    sweep: usize,
-    clock: usize,
     /// No entry has `idle_at < min_idle`.
     min_idle: Micros,
     /// Smallest `idle_at` seen since the sweep hand last passed cell 0.
     pending_min: Micros,
+    /// Heap bytes one state holds (`Algorithm::heap_bytes`); `None` for states that
+    /// cannot hold any (nothing to drop), which then skip the count on every update.
+    heap_of: Option<fn(&S) -> usize>,
+    /// Most entries this table may ever hold (the shard's bound); caps growth.
+    max_len: usize,
+    sweep: usize,
+    clock: usize,
     /// Heap bytes of every entry's state, as `heap_of` measures them.
     heap: usize,
-    /// Heap bytes one state holds (`Algorithm::heap_bytes`).
-    heap_of: fn(&S) -> usize,
 }
 
 /// Cells needed to hold `len` entries within the load factor.
@@ -65,6 +71,8 @@ impl<S: Default> RawTable<S> {
 
     /// An empty table whose states hold `heap_of(state)` bytes on the heap each.
     pub(crate) fn with_heap(max_len: usize, heap_of: fn(&S) -> usize) -> Self {
+        // A state that holds heap memory must free it: one with nothing to drop holds none.
+        let heap_of = std::mem::needs_drop::<S>().then_some(heap_of);
         RawTable {
             cells: Box::default(),
             len: 0,
@@ -87,11 +95,20 @@ impl<S: Default> RawTable<S> {
     #[inline]
     pub(crate) fn update<R>(&mut self, i: usize, f: impl FnOnce(&mut S) -> R) -> R {
         let state = &mut self.cells[i].state;
-        let before = (self.heap_of)(state);
+        let Some(heap_of) = self.heap_of else {
+            return f(state);
+        };
+        let before = heap_of(state);
         let result = f(state);
-        let after = (self.heap_of)(state);
+        let after = heap_of(state);
         self.heap = self.heap + after - before;
         result
+    }
+
+    /// Heap bytes of `state` (0 for states that cannot hold any).
+    #[inline]
+    fn heap_of(&self, state: &S) -> usize {
+        self.heap_of.map_or(0, |heap_of| heap_of(state))
     }
 
     /// Entries held.
@@ -165,11 +182,13 @@ impl<S: Default> RawTable<S> {
         keep: impl Fn(Fingerprint) -> bool,
         mut update: impl FnMut(&mut S),
     ) {
+        let counted = self.heap_of;
+        let heap_of = |s: &S| counted.map_or(0, |heap_of| heap_of(s));
         for cell in self.cells.iter_mut().filter(|s| s.tag != 0) {
             if !keep(Fingerprint::from_tag(cell.tag)) {
-                let before = (self.heap_of)(&cell.state);
+                let before = heap_of(&cell.state);
                 update(&mut cell.state);
-                self.heap = self.heap + (self.heap_of)(&cell.state) - before;
+                self.heap = self.heap + heap_of(&cell.state) - before;
             }
         }
         self.min_idle = 0;
@@ -230,7 +249,7 @@ impl<S: Default> RawTable<S> {
 
     /// Removes the entry in cell `i`, shifting the probe run behind it back.
     pub(crate) fn remove_at(&mut self, mut i: usize, idle_at: impl Fn(&S) -> Micros) {
-        self.heap -= (self.heap_of)(&self.cells[i].state);
+        self.heap -= self.heap_of(&self.cells[i].state);
         self.cells[i] = Cell::default();
         self.len -= 1;
         let n = self.cells.len();

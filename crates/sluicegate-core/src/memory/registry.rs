@@ -2,7 +2,9 @@
 //! and an id that is never reused, so that a table left by a dropped policy is never
 //! mistaken for the state of a newer one that reuses its index.
 
+use std::cell::Cell;
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 
 use parking_lot::RwLock;
@@ -41,22 +43,109 @@ struct Inner {
 /// algorithm, limit, period, burst): a policy whose counting changes is a new policy with
 /// fresh state; one whose mode, `max_delay`, `on_store_error` or `penalty` changes keeps
 /// its state, as it does on Redis.
-#[derive(Debug, Default)]
-pub(crate) struct Registry(RwLock<Inner>);
+///
+/// Looking a policy up is on every decision's path, so each thread keeps the places it
+/// found last ([`CACHE`]): a hit reads two words and the registry's epoch, with no lock
+/// and no write to memory other threads share (a read lock is two atomic writes to one
+/// cache line every thread contends for).
+#[derive(Debug)]
+pub(crate) struct Registry {
+    inner: RwLock<Inner>,
+    /// This registry among all of the process's (never reused).
+    tag: u64,
+    /// Moves on whenever a remembered address is forgotten or a place changes (only under
+    /// the write lock): a cached place is good while the epoch it was read at is current.
+    epoch: AtomicU64,
+}
+
+impl Default for Registry {
+    fn default() -> Self {
+        static NEXT_TAG: AtomicU64 = AtomicU64::new(1);
+        Registry {
+            inner: RwLock::default(),
+            tag: NEXT_TAG.fetch_add(1, Ordering::Relaxed),
+            epoch: AtomicU64::new(0),
+        }
+    }
+}
+
+/// One thread's memory of a lookup: registry `tag`, the `Arc<Policy>`'s address, the
+/// registry's epoch when it was found, and the place.
+#[derive(Debug, Clone, Copy)]
+struct Cached {
+    tag: u64,
+    address: usize,
+    epoch: u64,
+    r: PolicyRef,
+}
+
+/// Places cached per thread, by address (direct-mapped: a route's few policies fit).
+const CACHED: usize = 8;
+
+thread_local! {
+    /// Why this is sound: an entry is used only while its registry's epoch is unchanged,
+    /// and until the epoch moves the registry keeps a `Weak` of the entry's `Arc`
+    /// allocation in `by_address`, so the address still names the same policy (an
+    /// allocation cannot be reused while a `Weak` holds it). A place that became stale
+    /// meanwhile is what a lookup just before a reload returns too: the shards refuse it.
+    static CACHE: [Cell<Cached>; CACHED] = const {
+        [const {
+            Cell::new(Cached {
+                tag: 0,
+                address: 0,
+                epoch: 0,
+                r: PolicyRef {
+                    index: 0,
+                    id: 0,
+                    lineage: 0,
+                },
+            })
+        }; CACHED]
+    };
+}
+
+/// The cache entry of an address (allocations are at least 8-byte aligned).
+#[inline]
+fn slot(address: usize) -> usize {
+    (address >> 4) % CACHED
+}
 
 impl Registry {
     /// The place of `policy`, registering it on first use. Callers keep their policies in
     /// `Arc`s for the life of a configuration, so the address of the `Arc` is remembered
-    /// and the next lookup costs one pointer hash instead of hashing the whole policy.
+    /// and the next lookup costs one pointer hash instead of hashing the whole policy; the
+    /// thread's cache answers before that.
+    #[inline]
     pub(crate) fn get_or_add(&self, policy: &Arc<Policy>) -> PolicyRef {
         let address = Arc::as_ptr(policy) as usize;
+        let epoch = self.epoch.load(Ordering::Acquire);
+        let cached = CACHE.with(|c| c[slot(address)].get());
+        if cached.tag == self.tag && cached.address == address && cached.epoch == epoch {
+            return cached.r;
+        }
+        self.lookup(policy, address)
+    }
+
+    /// [`Registry::get_or_add`] without the thread's cache; fills it.
+    fn lookup(&self, policy: &Arc<Policy>, address: usize) -> PolicyRef {
+        let remember = |epoch: u64, r: PolicyRef| {
+            let entry = Cached {
+                tag: self.tag,
+                address,
+                epoch,
+                r,
+            };
+            CACHE.with(|c| c[slot(address)].set(entry));
+        };
         {
-            let inner = self.0.read();
+            let inner = self.inner.read();
             if let Some((_, r)) = inner.by_address.get(&address) {
+                // The epoch moves only under the write lock: it is the one of this answer.
+                remember(self.epoch.load(Ordering::Acquire), *r);
                 return *r;
             }
         }
-        let mut inner = self.0.write();
+        let mut inner = self.inner.write();
         let counting = policy.counting_key();
         let r = match inner.by_policy.get(&counting) {
             Some(r) => *r,
@@ -84,18 +173,30 @@ impl Registry {
             inner
                 .by_address
                 .retain(|_, (weak, _)| weak.strong_count() > 0);
+            self.epoch.fetch_add(1, Ordering::Release);
+        }
+        if let Some((_, held)) = inner.by_address.get(&address) {
+            // Another thread remembered it meanwhile.
+            let held = *held;
+            remember(self.epoch.load(Ordering::Acquire), held);
+            return held;
         }
         if inner.by_address.len() < MAX_REMEMBERED {
             inner
                 .by_address
                 .insert(address, (Arc::downgrade(policy), r));
+            remember(self.epoch.load(Ordering::Acquire), r);
         }
         r
     }
 
     /// The place of `policy` if it is registered.
     pub(crate) fn get(&self, policy: &Policy) -> Option<PolicyRef> {
-        self.0.read().by_policy.get(&policy.counting_key()).copied()
+        self.inner
+            .read()
+            .by_policy
+            .get(&policy.counting_key())
+            .copied()
     }
 
     /// Unregisters every policy not in `keep`; returns their places, whose tables the caller
@@ -104,7 +205,9 @@ impl Registry {
     /// calendar changed) takes over the dropped one's place as a newer version, so the
     /// shards carry its tables over to the new numbers when they next touch them.
     pub(crate) fn retain(&self, keep: &[Arc<Policy>]) -> Vec<PolicyRef> {
-        let mut inner = self.0.write();
+        let mut inner = self.inner.write();
+        // Every thread's cached places are checked against the registry again.
+        self.epoch.fetch_add(1, Ordering::Release);
         let mut dropped: Vec<(CountingKey, PolicyRef)> = Vec::new();
         let keep: Vec<CountingKey> = keep.iter().map(|k| k.counting_key()).collect();
         inner.by_policy.retain(|counting, r| {
@@ -142,7 +245,7 @@ impl Registry {
 
     /// Every registered policy's numbers and place (for a snapshot).
     pub(crate) fn refs(&self) -> Vec<(CountingKey, PolicyRef)> {
-        let inner = self.0.read();
+        let inner = self.inner.read();
         inner
             .by_policy
             .iter()
@@ -152,7 +255,10 @@ impl Registry {
 
     /// Makes the indices of dropped policies available again.
     pub(crate) fn release(&self, dropped: &[PolicyRef]) {
-        self.0.write().free.extend(dropped.iter().map(|r| r.index));
+        self.inner
+            .write()
+            .free
+            .extend(dropped.iter().map(|r| r.index));
     }
 }
 
@@ -177,7 +283,7 @@ mod tests {
         for _ in 0..3 * MAX_REMEMBERED {
             assert_eq!(registry.get_or_add(&Arc::new(policy(5))), first);
         }
-        assert!(registry.0.read().by_address.len() <= MAX_REMEMBERED);
+        assert!(registry.inner.read().by_address.len() <= MAX_REMEMBERED);
         let other = registry.get_or_add(&Arc::new(policy(6)));
         assert_ne!(other.id, first.id);
     }

@@ -15,7 +15,7 @@ use super::fingerprint::Fingerprint;
 use super::persist::{put_str, put_u32, put_u64};
 use super::registry::PolicyRef;
 use super::snapshot::put_numbers;
-use super::typed::{Numbers, PolicyTable, table_for};
+use super::typed::{Numbers, OneCheck, PolicyTable, table_for};
 
 /// Most shards a store or limiter uses.
 const MAX_SHARDS: usize = 256;
@@ -152,6 +152,7 @@ impl StoreShard {
         tables + self.penalties.capacity() * penalty
     }
 
+    #[inline]
     fn over_budget(&self) -> bool {
         self.byte_cap != usize::MAX && self.bytes() > self.byte_cap
     }
@@ -204,10 +205,16 @@ impl StoreShard {
     /// The numbers `t`'s key is decided under: `None` for the policy's own, or the key's
     /// override applied to the policy. When they differ from those the key's state was
     /// kept under, the state is carried over first (keeping what the key has used).
+    #[inline]
     pub(crate) fn resolve(&mut self, t: &Target<'_>, now: Micros) -> Option<Arc<Policy>> {
         if self.overrides.is_empty() {
             return None;
         }
+        self.resolve_override(t, now)
+    }
+
+    /// [`StoreShard::resolve`] in a shard that holds overrides.
+    fn resolve_override(&mut self, t: &Target<'_>, now: Micros) -> Option<Arc<Policy>> {
         let list = self.overrides.get_mut(&t.fp)?;
         let at = list.iter().position(|o| &*o.policy == t.policy.name())?;
         let entry = &mut list[at];
@@ -336,6 +343,41 @@ impl StoreShard {
             self.start_penalty(id, until, now);
         }
         decision
+    }
+
+    /// One policy's whole decision in one pass, when nothing but its table is involved:
+    /// evaluate, consume if admitted (one probe of the key's cells), then the table's
+    /// sweep steps. `None`, having changed nothing, when the general path
+    /// ([`StoreShard::evaluate`], [`StoreShard::commit`], [`StoreShard::sweep`]) must
+    /// decide: the key has its own numbers (an override), the policy a penalty, its table
+    /// is not there yet or holds another version of it (a reload), or a new key needs room
+    /// made first.
+    #[inline]
+    pub(crate) fn check_one(&mut self, t: &Target<'_>, now: Micros, cost: u64) -> Option<Decision> {
+        if t.numbers.is_some() || t.policy.penalty() != 0 {
+            return None;
+        }
+        let room = self.count < self.cap && !self.over_budget();
+        let held = self.tables.get_mut(t.r.index)?.as_mut()?;
+        if held.id != t.r.id {
+            return None;
+        }
+        let overrides = &self.overrides;
+        let pinned = |fp: Fingerprint| overrides.contains_key(&fp);
+        let check = OneCheck {
+            now,
+            cost,
+            max_delay: t.policy.delay_budget(),
+            room,
+            pinned: &pinned,
+        };
+        let (decision, inserted, dropped) = held.table.check(t.fp, check)?;
+        self.count = self.count + usize::from(inserted) - dropped;
+        if self.byte_cap != usize::MAX && decision.allowed && cost > 0 {
+            // A sliding log may have grown.
+            self.shed(*t, now, &|_, _| false);
+        }
+        Some(decision)
     }
 
     /// Keeps a penalty, within the shard's bound: expired penalties make room; when every

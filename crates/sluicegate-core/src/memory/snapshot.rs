@@ -329,11 +329,6 @@ impl<C: Clock> MemoryStore<C> {
 }
 
 impl<C: Clock, W: Write> SnapshotWriter<'_, C, W> {
-    /// Shards still to copy, of the store's.
-    pub fn shards_left(&self) -> usize {
-        self.store.shards.len() - self.next
-    }
-
     /// Copies the next shard (under its lock, and only while copying) into a block;
     /// `None` after the last.
     pub fn copy_next(&mut self) -> Option<Vec<u8>> {

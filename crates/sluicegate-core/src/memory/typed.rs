@@ -21,6 +21,13 @@ pub(crate) trait PolicyTable: Send {
         cost: u64,
         max_delay: Option<Micros>,
     ) -> Decision;
+    /// [`PolicyTable::evaluate`] then, if admitted with a cost, [`PolicyTable::commit`],
+    /// under the table's own numbers with one probe of the key, then
+    /// [`PolicyTable::sweep`]: the one-policy path, in one call. Returns the decision,
+    /// whether `fp` was inserted and how many expired entries the sweep dropped; `None`,
+    /// having changed nothing, when `fp` is new, must be inserted and there is no `room`
+    /// (the caller makes room first, on the general path).
+    fn check(&mut self, fp: Fingerprint, c: OneCheck<'_>) -> Option<(Decision, bool, usize)>;
     /// Whether `fp` is tracked.
     fn contains(&mut self, fp: Fingerprint) -> bool;
     /// Consumes `cost` (> 0) for `fp`, inserting it if new; returns whether it was inserted.
@@ -92,6 +99,18 @@ pub(crate) trait PolicyTable: Send {
     ) -> Option<bool>;
 }
 
+/// The rest of a one-policy check ([`PolicyTable::check`]): the time, the cost, the
+/// policy's delay budget, whether a new key may be inserted without making room, and the
+/// keys the sweep must keep (those with an override).
+#[derive(Clone, Copy)]
+pub(crate) struct OneCheck<'a> {
+    pub(crate) now: Micros,
+    pub(crate) cost: u64,
+    pub(crate) max_delay: Option<Micros>,
+    pub(crate) room: bool,
+    pub(crate) pinned: &'a dyn Fn(Fingerprint) -> bool,
+}
+
 /// The numbers a key's state is kept and decided under: `None` for the table's own (its
 /// policy's), `Some` for a key with an override (see [`crate::overrides`]).
 pub(crate) type Numbers<'a> = Option<&'a Policy>;
@@ -149,6 +168,46 @@ where
             Some(i) => alg.evaluate(self.raw.state(i), now, cost, max_delay),
             None => alg.evaluate(&A::State::default(), now, cost, max_delay),
         }
+    }
+
+    #[inline]
+    fn check(&mut self, fp: Fingerprint, c: OneCheck<'_>) -> Option<(Decision, bool, usize)> {
+        let alg = &self.alg;
+        let OneCheck {
+            now,
+            cost,
+            max_delay,
+            room,
+            pinned,
+        } = c;
+        let (decision, at) = match self.raw.find(fp) {
+            Some(i) => (
+                alg.evaluate(self.raw.state(i), now, cost, max_delay),
+                Some(i),
+            ),
+            None => (
+                alg.evaluate(&A::State::default(), now, cost, max_delay),
+                None,
+            ),
+        };
+        let mut inserted = false;
+        if decision.allowed && cost > 0 {
+            let i = match at {
+                Some(i) => i,
+                None if room => {
+                    inserted = true;
+                    self.raw.insert(fp)
+                }
+                None => return None,
+            };
+            self.raw.update(i, |state| alg.consume(state, now, cost));
+            self.raw
+                .note_idle_at(now.saturating_add(decision.reset_after));
+        }
+        let dropped = self
+            .raw
+            .sweep(now, super::shard::SWEEP_STEPS, |s| alg.idle_at(s), pinned);
+        Some((decision, inserted, dropped))
     }
 
     fn contains(&mut self, fp: Fingerprint) -> bool {

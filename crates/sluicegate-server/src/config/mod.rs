@@ -190,6 +190,9 @@ pub struct StoreConfig {
     pub snapshot: Option<std::path::PathBuf>,
     /// How often the snapshot is written.
     pub snapshot_interval: Duration,
+    /// Redis only: decide locally and exchange counts with Redis at this interval
+    /// (`sluicegate_redis::SyncedStore`); `None` decides exactly in Redis.
+    pub sync: Option<Duration>,
 }
 
 /// Default of `store.snapshot_interval`.
@@ -200,7 +203,7 @@ pub const DEFAULT_MAX_MEMORY: usize = 512 * 1024 * 1024;
 
 /// A size in bytes: a whole number with an optional unit, `B`, `KiB`, `MiB`, `GiB` (powers
 /// of 1024) or `KB`, `MB`, `GB` (powers of 1000), e.g. `"512MiB"`, `"64 KiB"`, `"1000000"`.
-pub fn parse_bytes(text: &str) -> Result<usize, String> {
+pub fn parse_bytes(text: &str) -> Result<usize, SizeError> {
     let text = text.trim();
     let split = text
         .find(|c: char| !c.is_ascii_digit() && c != '_')
@@ -209,7 +212,7 @@ pub fn parse_bytes(text: &str) -> Result<usize, String> {
     let number: u64 = number
         .replace('_', "")
         .parse()
-        .map_err(|_| format!("invalid size {text:?}: expected e.g. \"512MiB\""))?;
+        .map_err(|_| SizeError::Number(text.to_owned()))?;
     let scale: u64 = match unit.trim() {
         "" | "B" => 1,
         "KiB" => 1 << 10,
@@ -220,16 +223,26 @@ pub fn parse_bytes(text: &str) -> Result<usize, String> {
         "MB" => 1_000_000,
         "GB" => 1_000_000_000,
         "TB" => 1_000_000_000_000,
-        other => {
-            return Err(format!(
-                "unknown size unit {other:?}: expected B, KiB, MiB, GiB, TiB, KB, MB, GB or TB"
-            ));
-        }
+        other => return Err(SizeError::Unit(other.to_owned())),
     };
     number
         .checked_mul(scale)
         .and_then(|n| usize::try_from(n).ok())
-        .ok_or_else(|| format!("size {text:?} is too large"))
+        .ok_or_else(|| SizeError::TooLarge(text.to_owned()))
+}
+
+/// Why a size (`store.max_memory`) does not parse.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SizeError {
+    /// No whole number in front.
+    #[error("invalid size {0:?}: expected e.g. \"512MiB\"")]
+    Number(String),
+    /// A unit that is not one of the nine.
+    #[error("unknown size unit {0:?}: expected B, KiB, MiB, GiB, TiB, KB, MB, GB or TB")]
+    Unit(String),
+    /// More bytes than this machine can address.
+    #[error("size {0:?} is too large")]
+    TooLarge(String),
 }
 
 /// `[gateway]`.
@@ -237,10 +250,35 @@ pub fn parse_bytes(text: &str) -> Result<usize, String> {
 pub struct GatewayConfig {
     /// Where the proxy listens.
     pub listen: SocketAddr,
-    /// The `http://host:port` everything is forwarded to.
+    /// The `http://host:port` or `https://host:port` everything is forwarded to.
     pub upstream: http::Uri,
     /// Longest wait for the upstream's response head; then 504.
     pub upstream_timeout: Duration,
+    /// `tls_cert` + `tls_key`: serve the gateway over TLS with this certificate.
+    pub tls: Option<crate::tls::GatewayTls>,
+    /// `upstream_ca`: the roots an `https://` upstream is checked against (default: the
+    /// system's).
+    pub upstream_ca: Option<crate::tls::UpstreamCa>,
+}
+
+impl GatewayConfig {
+    /// `https` when the gateway serves TLS, else `http`.
+    pub fn scheme(&self) -> &'static str {
+        if self.tls.is_some() { "https" } else { "http" }
+    }
+
+    /// The files this section reads (certificate, key, CA): the reload watcher re-reads the
+    /// configuration when one of them changes.
+    pub fn files(&self) -> Vec<&Path> {
+        let mut files = Vec::new();
+        if let Some(tls) = &self.tls {
+            files.extend([tls.cert.as_path(), tls.key.as_path()]);
+        }
+        if let Some(ca) = &self.upstream_ca {
+            files.push(ca.path.as_path());
+        }
+        files
+    }
 }
 
 /// Default of `gateway.upstream_timeout`.
@@ -334,14 +372,16 @@ impl Config {
                 (None, Some(g)) => g.listen,
                 (None, None) => DEFAULT_GATEWAY_LISTEN,
             };
-            let upstream_timeout = self
-                .gateway
-                .as_ref()
-                .map_or(DEFAULT_UPSTREAM_TIMEOUT, |g| g.upstream_timeout);
+            let (upstream_timeout, tls, upstream_ca) = match &self.gateway {
+                Some(g) => (g.upstream_timeout, g.tls.clone(), g.upstream_ca.clone()),
+                None => (DEFAULT_UPSTREAM_TIMEOUT, None, None),
+            };
             self.gateway = Some(GatewayConfig {
                 listen,
                 upstream,
                 upstream_timeout,
+                tls,
+                upstream_ca,
             });
         }
         if let Some(listen) = overrides.envoy_listen {
@@ -413,8 +453,15 @@ impl StoreConfig {
                             .join(", ")
                     ),
                 };
+                let sync = match self.sync {
+                    Some(every) => format!(
+                        ", local-first, sync every {}",
+                        humantime::format_duration(every)
+                    ),
+                    None => String::new(),
+                };
                 format!(
-                    "redis {target} (key_prefix {}, timeout {})",
+                    "redis {target} (key_prefix {}, timeout {}{sync})",
                     self.key_prefix,
                     humantime::format_duration(self.timeout)
                 )
@@ -460,7 +507,7 @@ pub fn describe_policy(p: &Policy) -> String {
     text
 }
 
-pub use parse::parse_upstream;
+pub use parse::{UpstreamError, parse_upstream};
 
 /// Parses and validates configuration text; `path` only labels the errors.
 pub fn load(text: &str, path: &Path) -> Result<Config, Diagnostics> {
@@ -553,12 +600,13 @@ mod tests {
         assert_eq!(parse_bytes("64 KiB"), Ok(64 << 10));
         assert_eq!(parse_bytes("1_000_000"), Ok(1_000_000));
         assert_eq!(parse_bytes("2GB"), Ok(2_000_000_000));
-        assert!(parse_bytes("12 parsecs").unwrap_err().contains("unit"));
+        assert!(matches!(parse_bytes("12 parsecs"), Err(SizeError::Unit(_))));
         assert!(parse_bytes("MiB").is_err());
         assert!(parse_bytes("-1").is_err());
         assert!(
             parse_bytes("99999999999TiB")
                 .unwrap_err()
+                .to_string()
                 .contains("too large")
         );
         assert_eq!(Config::embedded().store.max_memory, DEFAULT_MAX_MEMORY);

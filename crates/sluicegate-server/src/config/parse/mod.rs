@@ -70,6 +70,7 @@ const STORE: &[&str] = &[
     "max_memory",
     "snapshot",
     "snapshot_interval",
+    "sync",
 ];
 const POLICY: &[&str] = &[
     "name",
@@ -110,7 +111,14 @@ const POOL: &[&str] = &[
     "max_wait",
     "levels",
 ];
-const GATEWAY: &[&str] = &["listen", "upstream", "upstream_timeout"];
+const GATEWAY: &[&str] = &[
+    "listen",
+    "upstream",
+    "upstream_timeout",
+    "tls_cert",
+    "tls_key",
+    "upstream_ca",
+];
 const ENVOY: &[&str] = &[
     "listen",
     "config",
@@ -157,11 +165,12 @@ pub(super) fn parse(text: &str, path: &Path) -> Result<(Config, Vec<PolicySpec>)
     let routes = r.routes(root.get("routes"), &policies, &pools);
     let gateway = r
         .section(&root, "gateway")
-        .and_then(|(t, s)| r.gateway(t, s));
+        .and_then(|(t, s)| r.gateway(t, s, path));
     let envoy = r
         .section(&root, "envoy")
         .map(|(t, _)| r.envoy(t, path, &policies));
-    if gateway.is_none() {
+    // An invalid [gateway] has its own errors; it still gives the routes a request's end.
+    if root.get("gateway").is_none() {
         r.concurrency_without_gateway();
     }
 
@@ -212,6 +221,14 @@ impl Reader<'_> {
         for (policy, span) in policies {
             if let Err(e) = sluicegate_redis::check_policy(policy) {
                 self.c.error(span.clone(), e.to_string());
+            }
+            if store.sync.is_some()
+                && let Err(reason) = sluicegate_redis::check_synced(policy)
+            {
+                self.c.error(
+                    span.clone(),
+                    format!("policy {:?}: {reason}", policy.name()),
+                );
             }
         }
     }
@@ -364,9 +381,10 @@ impl Reader<'_> {
         let value = t.get(key)?;
         let span = value.span();
         let parsed = match value.get_ref() {
-            DeValue::Integer(_) => self
-                .get::<u64>(t, key, what)
-                .map(|n| usize::try_from(*n.get_ref()).map_err(|_| "too large".to_owned())),
+            DeValue::Integer(_) => self.get::<u64>(t, key, what).map(|n| {
+                usize::try_from(*n.get_ref())
+                    .map_err(|_| super::SizeError::TooLarge(n.get_ref().to_string()))
+            }),
             _ => self
                 .get::<String>(t, key, what)
                 .map(|text| super::parse_bytes(text.get_ref())),
@@ -401,15 +419,30 @@ impl Reader<'_> {
     }
 }
 
-/// `http://host:port[/base]` for the gateway.
-pub fn parse_upstream(text: &str) -> Result<http::Uri, String> {
-    let uri: http::Uri = text
-        .parse()
-        .map_err(|e| format!("invalid upstream URL {text:?}: {e}"))?;
-    if uri.scheme_str() != Some("http") || uri.authority().is_none() {
-        return Err(format!(
-            "invalid upstream URL {text:?}: write http://host:port (https upstreams are not supported; terminate TLS in front)"
-        ));
+/// Why a gateway `upstream` is not usable.
+#[derive(Debug, thiserror::Error)]
+pub enum UpstreamError {
+    /// Not a URI at all.
+    #[error("invalid upstream URL {text:?}: {source}")]
+    Syntax {
+        /// As written.
+        text: String,
+        /// What the URI parser said.
+        source: http::uri::InvalidUri,
+    },
+    /// A URI, but not `http://` or `https://` with a host.
+    #[error("invalid upstream URL {0:?}: write http://host:port or https://host:port")]
+    Scheme(String),
+}
+
+/// `http://host:port[/base]` or `https://…` for the gateway.
+pub fn parse_upstream(text: &str) -> Result<http::Uri, UpstreamError> {
+    let uri: http::Uri = text.parse().map_err(|source| UpstreamError::Syntax {
+        text: text.to_owned(),
+        source,
+    })?;
+    if !matches!(uri.scheme_str(), Some("http" | "https")) || uri.authority().is_none() {
+        return Err(UpstreamError::Scheme(text.to_owned()));
     }
     Ok(uri)
 }

@@ -71,11 +71,7 @@ impl Reader<'_> {
                     continue;
                 }
             };
-            if store.is_some_and(|s| s.backend == Backend::Redis)
-                && let Ok(numbers) = policy.with_override(&value)
-                && let Err(e) = sluicegate_redis::check_policy(&numbers)
-            {
-                self.c.error(span.clone(), format!("override: {e}"));
+            if self.store_refuses(store, policy, &value, &span) {
                 continue;
             }
             out.push(ConfigOverride {
@@ -85,5 +81,31 @@ impl Reader<'_> {
             });
         }
         out
+    }
+
+    /// Whether the configured store cannot hold `value` (reported): no overrides with
+    /// `store.sync`; on Redis, the overridden numbers must be within the scripts' exact range.
+    fn store_refuses(
+        &mut self,
+        store: Option<&StoreConfig>,
+        policy: &Policy,
+        value: &sluicegate_core::Override,
+        span: &Range<usize>,
+    ) -> bool {
+        if store.is_some_and(|s| s.sync.is_some()) {
+            self.c.error(
+                span.clone(),
+                "overrides are not supported with store.sync (each instance decides from its own copy of the counts)",
+            );
+            return true;
+        }
+        if store.is_some_and(|s| s.backend == Backend::Redis)
+            && let Ok(numbers) = policy.with_override(value)
+            && let Err(e) = sluicegate_redis::check_policy(&numbers)
+        {
+            self.c.error(span.clone(), format!("override: {e}"));
+            return true;
+        }
+        false
     }
 }

@@ -202,6 +202,7 @@ impl Reader<'_> {
             max_memory: crate::config::DEFAULT_MAX_MEMORY,
             snapshot: None,
             snapshot_interval: crate::config::DEFAULT_SNAPSHOT_INTERVAL,
+            sync: None,
         };
         let Some(t) = table else {
             return Some(store);
@@ -253,7 +254,35 @@ impl Reader<'_> {
             store.max_memory = max;
         }
         self.snapshot(t, path, &mut store);
+        self.sync(t, &mut store);
         Some(store)
+    }
+
+    /// `sync`: Redis only, between `SYNC_MIN` and `SYNC_MAX` (which policies it can decide
+    /// is checked with the policies, `store_can_decide`).
+    fn sync(&mut self, t: &DeTable<'_>, store: &mut StoreConfig) {
+        let Some(text) = self.get::<String>(t, "sync", "[store]") else {
+            return;
+        };
+        let (min, max) = (sluicegate_redis::SYNC_MIN, sluicegate_redis::SYNC_MAX);
+        let error = match parse_duration(text.get_ref()) {
+            Err(e) => Some(e.to_string()),
+            Ok(_) if store.backend != Backend::Redis => Some(
+                "sync is for backend = \"redis\": the memory store is already local".to_owned(),
+            ),
+            Ok(d) if d < min || d > max => Some(format!(
+                "sync must be between {} and {}",
+                humantime::format_duration(min),
+                humantime::format_duration(max)
+            )),
+            Ok(d) => {
+                store.sync = Some(d);
+                None
+            }
+        };
+        if let Some(message) = error {
+            self.c.error(text.span(), message);
+        }
     }
 
     /// `snapshot` and `snapshot_interval`: the memory store's only (Redis keeps its state).
@@ -278,7 +307,12 @@ impl Reader<'_> {
         }
     }
 
-    pub(super) fn gateway(&mut self, t: &DeTable<'_>, span: Range<usize>) -> Option<GatewayConfig> {
+    pub(super) fn gateway(
+        &mut self,
+        t: &DeTable<'_>,
+        span: Range<usize>,
+        file: &Path,
+    ) -> Option<GatewayConfig> {
         let what = "[gateway]";
         self.unknown(t, what, GATEWAY);
         let listen = if t.get("listen").is_some() {
@@ -293,18 +327,91 @@ impl Reader<'_> {
             .and_then(|u| match parse_upstream(u.get_ref()) {
                 Ok(uri) => Some(uri),
                 Err(reason) => {
-                    self.c.error(u.span(), reason);
+                    self.c.error(u.span(), reason.to_string());
                     None
                 }
             });
         let upstream_timeout = self
             .duration(t, "upstream_timeout", what)
             .unwrap_or(DEFAULT_UPSTREAM_TIMEOUT);
+        let tls = self.gateway_tls(t, file);
+        let upstream_ca = self.upstream_ca(t, file, upstream.as_ref());
         Some(GatewayConfig {
             listen: listen?,
             upstream: upstream?,
             upstream_timeout,
+            tls: tls?,
+            upstream_ca: upstream_ca?,
         })
+    }
+
+    /// `tls_cert` and `tls_key` (both or neither), read and checked now, so a bad path or
+    /// PEM is reported at its field by `validate`, at start and on reload. `None` on error.
+    fn gateway_tls(
+        &mut self,
+        t: &DeTable<'_>,
+        file: &Path,
+    ) -> Option<Option<crate::tls::GatewayTls>> {
+        let what = "[gateway]";
+        let cert = self.get::<String>(t, "tls_cert", what);
+        let key = self.get::<String>(t, "tls_key", what);
+        let (cert, key) = match (cert, key) {
+            (None, None) if t.get("tls_cert").is_none() && t.get("tls_key").is_none() => {
+                return Some(None);
+            }
+            (Some(cert), Some(key)) => (cert, key),
+            (cert, key) => {
+                let (at, missing) = match (&cert, &key) {
+                    (Some(c), None) if t.get("tls_key").is_none() => (c.span(), "tls_key"),
+                    (None, Some(k)) if t.get("tls_cert").is_none() => (k.span(), "tls_cert"),
+                    // The other one is present but invalid: its error is recorded already.
+                    _ => return None,
+                };
+                self.c.error(
+                    at,
+                    format!("[gateway]: tls_cert and tls_key go together; `{missing}` is missing"),
+                );
+                return None;
+            }
+        };
+        let (cert_path, key_path) = (beside(file, cert.get_ref()), beside(file, key.get_ref()));
+        match crate::tls::GatewayTls::load(cert_path, key_path) {
+            Ok(tls) => Some(Some(tls)),
+            Err((field, e)) => {
+                let (name, at) = match field {
+                    crate::tls::TlsField::Cert => ("tls_cert", cert.span()),
+                    crate::tls::TlsField::Key => ("tls_key", key.span()),
+                };
+                self.c.error(at, format!("{name}: {e}"));
+                None
+            }
+        }
+    }
+
+    /// `upstream_ca`, read and checked now; only for an `https://` upstream.
+    fn upstream_ca(
+        &mut self,
+        t: &DeTable<'_>,
+        file: &Path,
+        upstream: Option<&http::Uri>,
+    ) -> Option<Option<crate::tls::UpstreamCa>> {
+        let Some(ca) = self.get::<String>(t, "upstream_ca", "[gateway]") else {
+            return t.get("upstream_ca").is_none().then_some(None);
+        };
+        if upstream.is_some_and(|u| u.scheme_str() != Some("https")) {
+            self.c.error(
+                ca.span(),
+                "upstream_ca is for an https:// upstream; this upstream is http://",
+            );
+            return None;
+        }
+        match crate::tls::UpstreamCa::load(beside(file, ca.get_ref())) {
+            Ok(ca) => Some(Some(ca)),
+            Err(e) => {
+                self.c.error(ca.span(), format!("upstream_ca: {e}"));
+                None
+            }
+        }
     }
 
     // --- [envoy]: parsed here for spans, compiled and checked by sluicegate-envoy ---
@@ -415,5 +522,14 @@ impl Reader<'_> {
             };
             self.c.error(span, format!("[envoy] {error}"));
         }
+    }
+}
+
+/// A path from the configuration: relative ones are relative to the file's directory.
+fn beside(file: &Path, path: &str) -> PathBuf {
+    let path = PathBuf::from(path);
+    match file.parent() {
+        Some(dir) if path.is_relative() => dir.join(path),
+        _ => path,
     }
 }

@@ -1,0 +1,242 @@
+//! `store.sync` against exact mode: decisions per second of one process (one instance) on a
+//! `SyncedStore` (local decisions, counts exchanged with Redis every 100 ms) and on a
+//! `RedisStore` (one script call per decision, coalesced), side by side in alternating
+//! rounds against one redis-server this benchmark starts, with the same tasks, policy
+//! (fixed_window) and key space. Also the CPU per decision of this process and of
+//! redis-server (`INFO cpu`). Prints a Markdown table of medians and ratios.
+//!
+//! `cargo bench -p sluicegate-redis --bench sync -- [--seconds 3] [--rounds 5] [--keys 10000]`
+
+use std::net::TcpListener;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use sluicegate_core::{AlgorithmKind, CheckRequest, Policy, Store};
+use sluicegate_redis::{RedisConfig, RedisStore, SyncOptions, SyncedStore};
+
+/// Concurrent tasks deciding in this process (as many as exact mode needs in flight).
+const TASKS: usize = 256;
+const SYNC: Duration = Duration::from_millis(100);
+
+struct Server(Child, u16);
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn start_server() -> Server {
+    let port = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let server = Server(
+        Command::new("redis-server")
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no"])
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("redis-server must be installed (scripts/install-test-deps.sh)"),
+        port,
+    );
+    for _ in 0..200 {
+        if cli(port, &["ping"]).contains("PONG") {
+            return server;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    panic!("redis-server did not start");
+}
+
+fn cli(port: u16, args: &[&str]) -> String {
+    let out = Command::new("redis-cli")
+        .args(["-p", &port.to_string()])
+        .args(args)
+        .output()
+        .expect("redis-cli");
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
+fn policy() -> Arc<Policy> {
+    // Generous enough that most decisions admit (and so count), like steady traffic.
+    let p = Policy::builder(
+        "fw",
+        AlgorithmKind::FixedWindow,
+        1_000_000,
+        Duration::from_secs(1),
+    );
+    Arc::new(p.build().unwrap())
+}
+
+async fn rate(store: Arc<dyn Store>, keys: Arc<Vec<String>>, seconds: f64) -> f64 {
+    let done = Arc::new(AtomicU64::new(0));
+    let deadline = Instant::now() + Duration::from_secs_f64(seconds);
+    let started = Instant::now();
+    let handles: Vec<_> = (0..TASKS)
+        .map(|t| {
+            let (store, keys, done) = (Arc::clone(&store), Arc::clone(&keys), Arc::clone(&done));
+            tokio::spawn(async move {
+                let policies = [policy()];
+                let mut i = t.wrapping_mul(7919) % keys.len();
+                let mut n = 0u64;
+                while Instant::now() < deadline {
+                    // 64 decisions between clock reads: the loop, not the store, would
+                    // otherwise dominate a local decision.
+                    for _ in 0..64 {
+                        i = (i + 104_729) % keys.len();
+                        store
+                            .check(CheckRequest::new(&policies, &keys[i], 1))
+                            .await
+                            .unwrap();
+                    }
+                    n += 64;
+                    tokio::task::yield_now().await;
+                }
+                done.fetch_add(n, Ordering::Relaxed);
+            })
+        })
+        .collect();
+    for handle in handles {
+        handle.await.unwrap();
+    }
+    done.load(Ordering::Relaxed) as f64 / started.elapsed().as_secs_f64()
+}
+
+/// CPU seconds (user + system) of this process, from /proc/self/stat.
+fn process_cpu() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    let fields: Vec<f64> = stat
+        .rsplit(')')
+        .next()
+        .unwrap_or("")
+        .split_whitespace()
+        .map(|f| f.parse().unwrap_or(0.0))
+        .collect();
+    let get = |i: usize| fields.get(i).copied().unwrap_or(0.0) / 100.0;
+    get(11) + get(12)
+}
+
+/// CPU seconds redis-server has used, from INFO cpu.
+fn server_cpu(port: u16) -> f64 {
+    cli(port, &["info", "cpu"])
+        .lines()
+        .filter(|l| l.starts_with("used_cpu_sys:") || l.starts_with("used_cpu_user:"))
+        .filter_map(|l| l.split(':').nth(1)?.trim().parse::<f64>().ok())
+        .sum()
+}
+
+struct Phase {
+    rate: f64,
+    server_us: f64,
+    client_us: f64,
+}
+
+fn measure(port: u16, seconds: f64, run: impl FnOnce() -> f64) -> Phase {
+    let (own0, server0) = (process_cpu(), server_cpu(port));
+    let rate = run();
+    let (own1, server1) = (process_cpu(), server_cpu(port));
+    let decisions = rate * seconds;
+    Phase {
+        rate,
+        server_us: (server1 - server0) * 1e6 / decisions,
+        client_us: (own1 - own0) * 1e6 / decisions,
+    }
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+fn main() {
+    let (mut seconds, mut rounds, mut keyspace) = (3.0, 5, 10_000usize);
+    let args: Vec<String> = std::env::args().collect();
+    for pair in args.windows(2) {
+        match pair[0].as_str() {
+            "--seconds" => seconds = pair[1].parse().expect("--seconds N"),
+            "--rounds" => rounds = pair[1].parse().expect("--rounds N"),
+            "--keys" => keyspace = pair[1].parse().expect("--keys N"),
+            _ => {}
+        }
+    }
+    let server = start_server();
+    let port = server.1;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let (exact, synced) = runtime.block_on(async {
+        let mut config = RedisConfig::standalone(format!("redis://127.0.0.1:{port}/0"));
+        config.timeout = Duration::from_secs(2);
+        config.key_prefix = "exact".into();
+        let exact: Arc<dyn Store> = Arc::new(RedisStore::connect(config.clone()).await.unwrap());
+        config.key_prefix = "sync".into();
+        let options = SyncOptions::new(SYNC, 1_000_000);
+        let synced: Arc<dyn Store> = Arc::new(SyncedStore::connect(config, options).await.unwrap());
+        (exact, synced)
+    });
+    let keys = Arc::new(
+        (0..keyspace)
+            .map(|i| format!("key-{i}"))
+            .collect::<Vec<_>>(),
+    );
+    let mut phases: [Vec<Phase>; 2] = [Vec::new(), Vec::new()];
+    for round in 0..rounds {
+        let e = measure(port, seconds, || {
+            runtime.block_on(rate(Arc::clone(&exact), Arc::clone(&keys), seconds))
+        });
+        let s = measure(port, seconds, || {
+            runtime.block_on(rate(Arc::clone(&synced), Arc::clone(&keys), seconds))
+        });
+        eprintln!(
+            "round {round}: exact {:.0}/s, sync {:.0}/s ({:.1}x); redis µs/decision {:.2} vs {:.3}",
+            e.rate,
+            s.rate,
+            s.rate / e.rate,
+            e.server_us,
+            s.server_us
+        );
+        phases[0].push(e);
+        phases[1].push(s);
+    }
+    let [exact, synced] = phases;
+    let ratio = median(
+        synced
+            .iter()
+            .zip(&exact)
+            .map(|(s, e)| s.rate / e.rate)
+            .collect(),
+    );
+    let cpu_ratio = median(
+        synced
+            .iter()
+            .zip(&exact)
+            .map(|(s, e)| e.server_us / s.server_us)
+            .collect(),
+    );
+    let column = |of: &[Phase], f: fn(&Phase) -> f64| median(of.iter().map(f).collect());
+    println!(
+        "| what ({keyspace} keys, {TASKS} tasks, median of {rounds} rounds × {seconds} s) | decisions/s | redis-server CPU µs/decision | client CPU µs/decision |"
+    );
+    println!("|---|---:|---:|---:|");
+    for (name, of) in [
+        ("exact (RedisStore)", &exact),
+        ("store.sync = 100ms (SyncedStore)", &synced),
+    ] {
+        println!(
+            "| {name} | {:.0} | {:.3} | {:.2} |",
+            column(of, |p| p.rate),
+            column(of, |p| p.server_us),
+            column(of, |p| p.client_us)
+        );
+    }
+    println!(
+        "\nsync / exact decisions/s: median of per-round ratios {ratio:.1}x; redis-server CPU per decision exact / sync: {cpu_ratio:.0}x"
+    );
+}

@@ -1,0 +1,657 @@
+//! [`SyncedStore`]: local-first Redis (`store.sync`). Each instance decides from its own
+//! memory and exchanges window counts with Redis every sync interval, in batches, so a
+//! decision costs no round trip and Redis does one small script call per interval (per hash
+//! slot) instead of one per decision.
+//!
+//! **What is exchanged.** Per policy and client key, each window (fixed_window: the
+//! current one; sliding_window: the current and the previous one) has a shared count in
+//! Redis, `<state key>:sync:<period µs>:<window index>`. An exchange (`sync.lua`) adds to it
+//! what this instance admitted since the last one (`INCRBY`, TTL two periods) and reads
+//! back the fleet's count, which replaces the local view: local count = fleet count at the
+//! last exchange + what this instance admitted since. Only keys decided on since the last
+//! exchange take part; a key seen again after sitting one out is read first (one round
+//! trip, like its first decision), so no decision uses a fleet count older than one
+//! interval while Redis answers.
+//!
+//! **Over-admission bound.** An instance admits only while its local count plus the cost
+//! is within the limit, and its local count misses only what the other instances admitted
+//! since its last read of Redis. So in one window the fleet admits at most
+//! `limit + Σ (what each other instance admitted between this instance's last read and its
+//! last admission)`: at most what the other `N − 1` instances admitted in one sync interval
+//! (plus the exchange's round trip), and never more than `N × limit` (each instance alone
+//! stays within the limit). Never under: an instance that denies has seen at least
+//! `limit − cost + 1` admitted, all of them real.
+//!
+//! **Redis outage.** Decisions go on from the local counts (so at most `N × limit` per
+//! window fleet-wide while Redis is down, each instance within the limit by itself); what
+//! is admitted meanwhile stays pending (at most the limit per key and window, `max_keys`
+//! keys) and is added to Redis when it answers again; pending counts of windows no decision
+//! reads any more are dropped and counted (`sluicegate_store_sync_dropped_total`). `ping`
+//! (`/readyz`) still reports Redis down. See docs/redis.md.
+
+mod state;
+
+use std::hash::{BuildHasher, RandomState};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use futures_util::future::join_all;
+use parking_lot::{Mutex, MutexGuard};
+use redis::Script;
+use redis::cluster_routing::Slot;
+use sluicegate_core::store::check_key;
+use sluicegate_core::{
+    BoxFuture, CheckRequest, Clock, KeyedCheck, Micros, Policy, Store, StoreError, SystemClock,
+    Verdict,
+};
+use tokio::task::JoinHandle;
+
+use crate::config::{RedisConfig, RedisStoreError};
+use crate::keys::placed_state_key;
+use crate::link::LogEvery;
+use crate::store::RedisStore;
+use state::{Entry, Shard, decide, read_windows};
+
+/// The shortest `store.sync` interval: below it the exchange is a round trip per few
+/// decisions again.
+pub const SYNC_MIN: Duration = Duration::from_millis(10);
+/// The longest `store.sync` interval: the over-admission bound grows with it.
+pub const SYNC_MAX: Duration = Duration::from_secs(60);
+/// Counter of unsent admissions dropped because their window is no longer read by any
+/// decision (a Redis outage longer than a window).
+pub const METRIC_SYNC_DROPPED: &str = "sluicegate_store_sync_dropped_total";
+/// Counter of exchanges, labelled `result` = `ok` | `failed`.
+pub const METRIC_SYNC: &str = "sluicegate_store_sync_total";
+
+/// Shards of the local state (each its own lock).
+const SHARDS: usize = 64;
+/// Window counts per script call: large enough to amortise the call, small enough that
+/// one call never blocks Redis for long.
+const EXCHANGE_CHUNK: usize = 512;
+
+/// Why a local-first store cannot decide `policy` (fixed_window and sliding_window without
+/// a calendar or a penalty only), in the words of the configuration error; `Ok` when it can.
+///
+/// ```
+/// # use std::time::Duration;
+/// # use sluicegate_core::{AlgorithmKind, Policy};
+/// let window = Policy::builder("w", AlgorithmKind::FixedWindow, 10, Duration::from_secs(1)).build().unwrap();
+/// let bucket = Policy::builder("b", AlgorithmKind::TokenBucket, 10, Duration::from_secs(1)).build().unwrap();
+/// assert!(sluicegate_redis::check_synced(&window).is_ok());
+/// assert!(sluicegate_redis::check_synced(&bucket).is_err());
+/// ```
+pub fn check_synced(policy: &Policy) -> Result<(), &'static str> {
+    match state::unsupported(policy) {
+        Some(reason) => Err(reason),
+        None => Ok(()),
+    }
+}
+
+/// How a [`SyncedStore`] exchanges with Redis.
+#[derive(Clone)]
+pub struct SyncOptions {
+    /// How often counts are exchanged (`store.sync`).
+    pub interval: Duration,
+    /// Bound on (policy, key) states held locally (`store.max_keys`).
+    pub max_keys: usize,
+    /// The clock windows are counted by (the instances' wall clocks must agree, as for any
+    /// fleet counting aligned windows; NTP is enough for windows of a second and more).
+    pub clock: Arc<dyn Clock>,
+}
+
+impl std::fmt::Debug for SyncOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SyncOptions")
+            .field("interval", &self.interval)
+            .field("max_keys", &self.max_keys)
+            .finish_non_exhaustive()
+    }
+}
+
+impl SyncOptions {
+    /// Exchanges every `interval`, at most `max_keys` states, the system clock.
+    pub fn new(interval: Duration, max_keys: usize) -> Self {
+        SyncOptions {
+            interval,
+            max_keys,
+            clock: Arc::new(SystemClock),
+        }
+    }
+}
+
+/// The local-first store: decides in memory, exchanges counts with Redis every interval.
+/// See the module documentation for what is exchanged and the over-admission bound.
+pub struct SyncedStore {
+    inner: Arc<Synced>,
+    task: JoinHandle<()>,
+}
+
+struct Synced {
+    redis: RedisStore,
+    script: Script,
+    shards: Box<[Mutex<Shard>]>,
+    /// Exchange rounds completed; an entry read in an earlier round is refreshed before
+    /// it decides again.
+    completed: AtomicU64,
+    /// One exchange at a time (the timer's and [`SyncedStore::sync_now`]'s).
+    exchanging: tokio::sync::Mutex<()>,
+    clock: Arc<dyn Clock>,
+    hasher: RandomState,
+    log: LogEvery,
+}
+
+/// One (policy, key) of a request.
+struct Item<'a> {
+    policy: &'a Arc<Policy>,
+    /// The Redis state key, also the local map's key.
+    base: String,
+    shard: usize,
+    cost: u64,
+}
+
+/// One window's shared count in an exchange.
+struct WindowKey {
+    key: String,
+    delta: u64,
+    ttl_ms: u64,
+}
+
+/// A window sent in an exchange, to apply the answer to.
+struct Sent {
+    shard: usize,
+    base: String,
+    index: u64,
+    delta: u64,
+}
+
+fn window_key(base: &str, period: Micros, index: u64) -> String {
+    format!("{base}:sync:{period}:{index}")
+}
+
+impl Drop for SyncedStore {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl std::fmt::Debug for SyncedStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SyncedStore")
+            .field("redis", &self.inner.redis)
+            .finish_non_exhaustive()
+    }
+}
+
+impl SyncedStore {
+    /// Connects like [`RedisStore::connect`] (Redis being down is not an error) and starts
+    /// the exchange every `options.interval`. Must be called within a Tokio runtime.
+    pub async fn connect(
+        config: RedisConfig,
+        options: SyncOptions,
+    ) -> Result<SyncedStore, RedisStoreError> {
+        let redis = RedisStore::connect(config).await?;
+        let per_shard = options.max_keys.div_ceil(SHARDS);
+        let inner = Arc::new(Synced {
+            redis,
+            script: Script::new(include_str!("../script/sync.lua")),
+            shards: (0..SHARDS)
+                .map(|_| Mutex::new(Shard::new(per_shard)))
+                .collect(),
+            completed: AtomicU64::new(0),
+            exchanging: tokio::sync::Mutex::new(()),
+            clock: options.clock,
+            hasher: RandomState::new(),
+            log: LogEvery::default(),
+        });
+        let task = tokio::spawn(exchange_loop(Arc::downgrade(&inner), options.interval));
+        Ok(SyncedStore { inner, task })
+    }
+
+    /// Exchanges now, without waiting for the interval: what was admitted here is added to
+    /// Redis and the fleet's counts are read back. For shutdown (nothing admitted is left
+    /// unsent) and tests. An error means Redis did not take part; nothing is lost.
+    pub async fn sync_now(&self) -> Result<(), StoreError> {
+        self.inner.exchange().await
+    }
+
+    /// The Redis store underneath (its keys, its connection state).
+    pub fn redis(&self) -> &RedisStore {
+        &self.inner.redis
+    }
+}
+
+async fn exchange_loop(inner: Weak<Synced>, interval: Duration) {
+    let mut tick = tokio::time::interval(interval);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let Some(inner) = inner.upgrade() else {
+            return;
+        };
+        if let Err(e) = inner.exchange().await
+            && inner.log.ready()
+        {
+            tracing::warn!(error = %e, "store.sync: exchange with Redis failed; deciding from local counts");
+        }
+    }
+}
+
+impl Synced {
+    fn items<'a>(
+        &self,
+        parts: impl Iterator<Item = (&'a Arc<Policy>, &'a str, Option<&'a str>, u64)>,
+    ) -> Result<Vec<Item<'a>>, StoreError> {
+        let prefix = self.redis.key_prefix();
+        parts
+            .map(|(policy, key, placement, cost)| {
+                if let Some(reason) = state::unsupported(policy) {
+                    return Err(StoreError::Unsupported(format!(
+                        "policy {:?}: {reason}",
+                        policy.name()
+                    )));
+                }
+                let base = placed_state_key(prefix, placement, key, policy);
+                let shard = (self.hasher.hash_one(&base) % SHARDS as u64) as usize;
+                Ok(Item {
+                    policy,
+                    base,
+                    shard,
+                    cost,
+                })
+            })
+            .collect()
+    }
+
+    /// Decides `items` all-or-nothing from the local counts, reading first those not
+    /// refreshed by the last exchange.
+    async fn check(&self, items: &[Item<'_>]) -> Result<Verdict, StoreError> {
+        let now = self.clock.now();
+        let loaded = self.load_stale(items, now).await;
+        self.decide_locked(items, &loaded, now)
+    }
+
+    /// For each item whose local state is missing or older than the last exchange, the
+    /// fleet's counts read now (`Some`; empty when Redis did not answer: it then decides
+    /// from what it has, as in an outage).
+    async fn load_stale(&self, items: &[Item<'_>], now: Micros) -> Vec<Option<Vec<(u64, u64)>>> {
+        let completed = self.completed.load(Ordering::Acquire);
+        let mut reads: Vec<(usize, u64)> = Vec::new();
+        for (i, item) in items.iter().enumerate() {
+            let shard = self.shards[item.shard].lock();
+            let stale = shard
+                .map
+                .get(&item.base)
+                .is_none_or(|e| e.round < completed || e.period != item.policy.period());
+            drop(shard);
+            if stale {
+                reads.extend(read_windows(item.policy, now).into_iter().map(|w| (i, w)));
+            }
+        }
+        let mut loaded: Vec<Option<Vec<(u64, u64)>>> = vec![None; items.len()];
+        if reads.is_empty() {
+            return loaded;
+        }
+        let keys: Vec<WindowKey> = reads
+            .iter()
+            .map(|&(i, index)| WindowKey {
+                key: window_key(&items[i].base, items[i].policy.period(), index),
+                delta: 0,
+                ttl_ms: 0,
+            })
+            .collect();
+        let (totals, _) = self.run(&keys).await;
+        for (&(i, index), total) in reads.iter().zip(totals) {
+            let counts = loaded[i].get_or_insert_with(Vec::new);
+            if let Some(total) = total {
+                counts.push((index, total));
+            }
+        }
+        loaded
+    }
+
+    /// Locks the items' shards (in shard order, so concurrent requests cannot deadlock)
+    /// and decides.
+    fn decide_locked(
+        &self,
+        items: &[Item<'_>],
+        loaded: &[Option<Vec<(u64, u64)>>],
+        now: Micros,
+    ) -> Result<Verdict, StoreError> {
+        let mut order: Vec<usize> = items.iter().map(|i| i.shard).collect();
+        order.sort_unstable();
+        order.dedup();
+        let mut guards: Vec<MutexGuard<'_, Shard>> =
+            order.iter().map(|&s| self.shards[s].lock()).collect();
+        let at = |shard: usize| order.partition_point(|&s| s < shard);
+        let completed = self.completed.load(Ordering::Acquire);
+        let mut reads: Vec<Option<Entry>> = vec![None; items.len()];
+        for (i, item) in items.iter().enumerate() {
+            if let Some(counts) = &loaded[i] {
+                let shard = &mut guards[at(item.shard)];
+                match shard.map.get_mut(&item.base) {
+                    Some(e) if e.period == item.policy.period() => {
+                        self.dropped(e.refresh(counts, completed));
+                    }
+                    // A read (cost 0) of an unknown key is answered without keeping it.
+                    _ if item.cost == 0 => {
+                        reads[i] = Some(Entry::new(item.policy, now, counts, completed));
+                    }
+                    _ => {
+                        shard.map.remove(&item.base);
+                        if !shard.room(now) {
+                            return Err(full());
+                        }
+                        let entry = Entry::new(item.policy, now, counts, completed);
+                        shard.map.insert(item.base.clone(), entry);
+                    }
+                }
+            }
+        }
+        let decided = items
+            .iter()
+            .enumerate()
+            .map(|(i, item)| {
+                let entry = reads[i]
+                    .as_ref()
+                    .or_else(|| guards[at(item.shard)].map.get(&item.base));
+                let decision = decide(item.policy, entry, now, item.cost);
+                (Arc::clone(item.policy), decision, item.cost)
+            })
+            .collect();
+        let mut verdict = Verdict::combine(decided);
+        verdict.at = now;
+        for (i, item) in items.iter().enumerate() {
+            let shard = &mut guards[at(item.shard)];
+            self.record(shard, item, verdict.consumes(i), now, completed)?;
+        }
+        Ok(verdict)
+    }
+
+    /// Counts an admission (or marks a read) in the item's entry.
+    fn record(
+        &self,
+        shard: &mut Shard,
+        item: &Item<'_>,
+        consumed: bool,
+        now: Micros,
+        completed: u64,
+    ) -> Result<(), StoreError> {
+        let admitted = consumed && item.cost > 0;
+        if !shard.map.contains_key(&item.base) {
+            if !admitted {
+                return Ok(());
+            }
+            // Evicted between reading and deciding: its count starts here.
+            if !shard.room(now) {
+                return Err(full());
+            }
+            let entry = Entry::new(item.policy, now, &[], completed);
+            shard.map.insert(item.base.clone(), entry);
+        }
+        if let Some(entry) = shard.map.get_mut(&item.base) {
+            if admitted {
+                self.dropped(entry.admit(now, item.cost));
+            } else {
+                entry.touch(now);
+            }
+        }
+        Ok(())
+    }
+
+    fn dropped(&self, n: u64) {
+        if n > 0 {
+            metrics::counter!(METRIC_SYNC_DROPPED).increment(n);
+        }
+    }
+
+    /// One exchange: every entry decided on since the last one (or holding unsent
+    /// admissions) sends its delta and reads the fleet's count.
+    async fn exchange(&self) -> Result<(), StoreError> {
+        let _one = self.exchanging.lock().await;
+        let now = self.clock.now();
+        let round = self.completed.load(Ordering::Acquire) + 1;
+        let (sent, keys) = self.take_round(now);
+        let (totals, error) = self.run(&keys).await;
+        self.apply_round(&sent, &totals, round);
+        let result = if error.is_some() { "failed" } else { "ok" };
+        metrics::counter!(METRIC_SYNC, "result" => result).increment(1);
+        match error {
+            Some(e) => Err(e),
+            None => {
+                self.completed.store(round, Ordering::Release);
+                Ok(())
+            }
+        }
+    }
+
+    /// Collects what an exchange sends, dropping idle entries on the way.
+    fn take_round(&self, now: Micros) -> (Vec<Sent>, Vec<WindowKey>) {
+        let (mut sent, mut keys) = (Vec::new(), Vec::new());
+        for (s, shard) in self.shards.iter().enumerate() {
+            let mut shard = shard.lock();
+            shard.map.retain(|_, e| !e.idle(now));
+            for (base, entry) in shard.map.iter_mut() {
+                if !entry.dirty && !entry.has_unsent() {
+                    continue;
+                }
+                let (carried, lost) = entry.take(now);
+                self.dropped(lost);
+                let ttl_ms = (entry.period / 1000).saturating_mul(2).saturating_add(1000);
+                for c in carried {
+                    keys.push(WindowKey {
+                        key: window_key(base, entry.period, c.index),
+                        delta: c.delta,
+                        ttl_ms,
+                    });
+                    sent.push(Sent {
+                        shard: s,
+                        base: base.clone(),
+                        index: c.index,
+                        delta: c.delta,
+                    });
+                }
+            }
+        }
+        (sent, keys)
+    }
+
+    /// Applies an exchange's answers (or, where it failed, puts the deltas back).
+    fn apply_round(&self, sent: &[Sent], totals: &[Option<u64>], round: u64) {
+        let mut current: Option<(usize, MutexGuard<'_, Shard>)> = None;
+        for (s, total) in sent.iter().zip(totals) {
+            // `sent` is in shard order, so locks are taken in order, one at a time.
+            if current.as_ref().is_none_or(|(i, _)| *i != s.shard) {
+                drop(current.take());
+                current = Some((s.shard, self.shards[s.shard].lock()));
+            }
+            let Some((_, shard)) = current.as_mut() else {
+                continue;
+            };
+            if let Some(entry) = shard.map.get_mut(&s.base) {
+                match total {
+                    Some(total) => entry.apply(s.index, s.delta, *total, round),
+                    None => entry.restore(s.index, s.delta),
+                }
+            }
+        }
+    }
+
+    /// Runs the exchange script over `keys`: one call per chunk, per hash slot on a
+    /// cluster, the calls concurrent. Each key's total, `None` where its call failed, and
+    /// the first error.
+    async fn run(&self, keys: &[WindowKey]) -> (Vec<Option<u64>>, Option<StoreError>) {
+        let mut groups: Vec<(Option<Slot>, Vec<usize>)> = Vec::new();
+        let cluster = self.redis.inner().link.is_cluster();
+        for (i, k) in keys.iter().enumerate() {
+            let slot = cluster.then(|| Slot::for_key(&k.key));
+            match groups
+                .iter_mut()
+                .find(|(s, g)| *s == slot && g.len() < EXCHANGE_CHUNK)
+            {
+                Some((_, group)) => group.push(i),
+                None => groups.push((slot, vec![i])),
+            }
+        }
+        let calls = groups.iter().map(|(_, group)| self.call(keys, group));
+        let answers = join_all(calls).await;
+        let mut totals = vec![None; keys.len()];
+        let mut error = None;
+        for ((_, group), answer) in groups.iter().zip(answers) {
+            match answer {
+                Ok(values) if values.len() == group.len() => {
+                    for (&i, v) in group.iter().zip(values) {
+                        totals[i] = Some(v);
+                    }
+                }
+                Ok(_) => {
+                    error.get_or_insert(StoreError::Internal(
+                        "the sync script answered the wrong number of counts".into(),
+                    ));
+                }
+                Err(e) => {
+                    error.get_or_insert(e);
+                }
+            }
+        }
+        (totals, error)
+    }
+
+    async fn call(&self, keys: &[WindowKey], group: &[usize]) -> Result<Vec<u64>, StoreError> {
+        let mut invocation = self.script.prepare_invoke();
+        for &i in group {
+            invocation
+                .key(&keys[i].key)
+                .arg(keys[i].delta)
+                .arg(keys[i].ttl_ms);
+        }
+        self.redis
+            .inner()
+            .link
+            .run(move |mut conn| async move { invocation.invoke_async(&mut conn).await })
+            .await
+    }
+
+    fn refund(&self, items: &[Item<'_>]) {
+        let now = self.clock.now();
+        for item in items {
+            if let Some(entry) = self.shards[item.shard].lock().map.get_mut(&item.base) {
+                entry.refund(now, item.cost);
+            }
+        }
+    }
+
+    /// Forgets the key here and its shared counts of the current and previous window in
+    /// Redis (other instances keep their view until their next exchange).
+    async fn reset(&self, policy: &Policy, key: &str) -> Result<(), StoreError> {
+        check_key(key)?;
+        let base = placed_state_key(self.redis.key_prefix(), None, key, policy);
+        let shard = (self.hasher.hash_one(&base) % SHARDS as u64) as usize;
+        self.shards[shard].lock().map.remove(&base);
+        let window = self.clock.now() / policy.period();
+        let keys: Vec<String> = [window.saturating_sub(1), window]
+            .iter()
+            .map(|&w| window_key(&base, policy.period(), w))
+            .collect();
+        self.redis
+            .inner()
+            .link
+            .run(move |mut conn| async move {
+                redis::cmd("DEL")
+                    .arg(&keys)
+                    .query_async::<()>(&mut conn)
+                    .await
+            })
+            .await
+    }
+}
+
+fn full() -> StoreError {
+    StoreError::Unavailable(
+        "store.sync: every local state holds admissions Redis has not taken yet (max_keys reached)"
+            .into(),
+    )
+}
+
+impl Store for SyncedStore {
+    fn check<'a>(
+        &'a self,
+        request: CheckRequest<'a>,
+    ) -> BoxFuture<'a, Result<Verdict, StoreError>> {
+        Box::pin(async move {
+            request.validate()?;
+            let parts = request
+                .policies
+                .iter()
+                .map(|p| (p, request.key, None, request.cost));
+            let items = self.inner.items(parts)?;
+            self.inner.check(&items).await
+        })
+    }
+
+    fn check_keyed<'a>(
+        &'a self,
+        items: &'a [KeyedCheck<'a>],
+    ) -> BoxFuture<'a, Result<Verdict, StoreError>> {
+        Box::pin(async move {
+            KeyedCheck::validate_all(items)?;
+            let parts = items.iter().map(|i| (i.policy, i.key, i.placement, i.cost));
+            let items = self.inner.items(parts)?;
+            self.inner.check(&items).await
+        })
+    }
+
+    fn refund<'a>(
+        &'a self,
+        policies: &'a [Arc<Policy>],
+        key: &'a str,
+        cost: u64,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(async move {
+            CheckRequest::new(policies, key, cost).validate()?;
+            let items = self
+                .inner
+                .items(policies.iter().map(|p| (p, key, None, cost)))?;
+            self.inner.refund(&items);
+            Ok(())
+        })
+    }
+
+    fn refund_keyed<'a>(
+        &'a self,
+        items: &'a [KeyedCheck<'a>],
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(async move {
+            KeyedCheck::validate_all(items)?;
+            let parts = items.iter().map(|i| (i.policy, i.key, i.placement, i.cost));
+            let items = self.inner.items(parts)?;
+            self.inner.refund(&items);
+            Ok(())
+        })
+    }
+
+    fn reset<'a>(
+        &'a self,
+        policy: &'a Policy,
+        key: &'a str,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(self.inner.reset(policy, key))
+    }
+
+    fn ping(&self) -> BoxFuture<'_, Result<(), StoreError>> {
+        self.inner.redis.ping()
+    }
+
+    fn tracked_keys(&self) -> Option<u64> {
+        let n: usize = self.inner.shards.iter().map(|s| s.lock().map.len()).sum();
+        Some(n as u64)
+    }
+
+    fn kind(&self) -> &'static str {
+        if self.inner.redis.inner().link.is_cluster() {
+            "redis-cluster-sync"
+        } else {
+            "redis-sync"
+        }
+    }
+}
