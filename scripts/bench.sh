@@ -14,7 +14,8 @@
 #   gateway   scripts/bench-gateway.sh: the gateway vs nginx proxy_pass + limit_req
 #   redis     scripts/bench-redis.sh: store.sync vs exact mode, the Redis batch API vs
 #             redis-benchmark
-# --quick: fewer and shorter rounds (each script's own quick mode), for a first look.
+# --quick: fewer and shorter rounds (each script's own quick mode; for core, no callgrind),
+# for a first look.
 # OUT=path writes elsewhere than docs/benchmarks/latest.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -51,6 +52,8 @@ for group in "${CHOSEN[@]}"; do
   fi
   echo "== $group: $script ${QUICK[*]} ${HTTP_PARTS[*]}" >&2
   args=("${QUICK[@]}")
+  # bench-core.sh has no quick mode; skipping its callgrind part is what shortens it.
+  [ "$group" = core ] && [ ${#QUICK[@]} -gt 0 ] && args=(--no-callgrind)
   [ "$group" = http ] && args+=("${HTTP_PARTS[@]}")
   # A failing comparison is reported in the table, not hidden, and the others still run.
   if ! "$script" "${args[@]}" >"$TMP/$group.md" 2> >(tee "$TMP/$group.log" >&2); then
