@@ -51,9 +51,16 @@ for group in "${CHOSEN[@]}"; do
     continue
   fi
   echo "== $group: $script ${QUICK[*]} ${HTTP_PARTS[*]}" >&2
-  args=("${QUICK[@]}")
-  # bench-core.sh has no quick mode; skipping its callgrind part is what shortens it.
-  [ "$group" = core ] && [ ${#QUICK[@]} -gt 0 ] && args=(--no-callgrind)
+  # Each script's own way to be quick: bench-core.sh skips callgrind, bench-redis.sh takes
+  # seconds per round and rounds.
+  args=()
+  if [ ${#QUICK[@]} -gt 0 ]; then
+    case $group in
+      core) args=(--no-callgrind) ;;
+      redis) args=(1 3) ;;
+      *) args=(--quick) ;;
+    esac
+  fi
   [ "$group" = http ] && args+=("${HTTP_PARTS[@]}")
   # A failing comparison is reported in the table, not hidden, and the others still run.
   if ! "$script" "${args[@]}" >"$TMP/$group.md" 2> >(tee "$TMP/$group.log" >&2); then

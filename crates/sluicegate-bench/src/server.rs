@@ -29,6 +29,6 @@ pub fn config(listen: &str, routes: usize) -> String {
 pub async fn api_app(text: &str) -> Result<Router, Box<dyn std::error::Error>> {
     sluicegate_server::metrics::install();
     let config = sluicegate_server::config::load(text, Path::new("<bench>"))?;
-    let (state, dashboard) = sluicegate_server::serve::open_state(&config).await?;
+    let (state, dashboard, _synced) = sluicegate_server::serve::open_state(&config).await?;
     Ok(sluicegate_server::serve::api_app(&state, dashboard))
 }

@@ -119,6 +119,28 @@ period = "1d"
     }
 }
 
+/// With an exchange only once a minute, what a server admitted reaches Redis at shutdown.
+#[tokio::test]
+async fn shutdown_sends_what_was_not_exchanged_yet() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let port = redis.port;
+    let dir = tempfile::tempdir().unwrap();
+    let config = format!(
+        "[store]\nbackend = \"redis\"\nurl = \"redis://127.0.0.1:{port}/0\"\nsync = \"1m\"\n\n[[policies]]\nname = \"window\"\nalgorithm = \"fixed_window\"\nlimit = {LIMIT}\nperiod = \"1d\"\n"
+    );
+    let path = write(dir.path(), "flush.toml", &config);
+    let client = Client::new();
+    let a = Sluicegate::start(sluicegate_bin!(), &["--config", path.to_str().unwrap()]);
+    for _ in 0..5 {
+        assert!(check(&client, &a, "flush").await);
+    }
+    assert!(a.terminate().success());
+    let b = Sluicegate::start(sluicegate_bin!(), &["--config", path.to_str().unwrap()]);
+    assert_eq!(remaining(&client, &b, "flush").await, LIMIT - 5);
+}
+
 #[test]
 fn what_sync_cannot_do_is_refused() {
     let dir = tempfile::tempdir().unwrap();
