@@ -36,6 +36,7 @@ pub mod leases;
 mod recorder;
 pub mod sketch;
 mod snapshot;
+mod tallied;
 
 use std::sync::Arc;
 
@@ -52,6 +53,7 @@ pub use snapshot::{
     KeyRow, LeaseKeyRow, LeaseRow, OutcomeCounts, PolicyRow, PoolLevelRow, PoolRow, SettleCounts,
     Snapshot, StoreHealth,
 };
+pub use tallied::Tallied;
 
 /// The page, script and style inline.
 pub const PAGE: &str = include_str!("page.html");

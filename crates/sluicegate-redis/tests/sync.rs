@@ -156,7 +156,7 @@ async fn redis_outage_keeps_deciding_within_the_limit_then_merges() {
     assert_eq!(admit(&b, &p, "k", 10).await, 10);
     a.sync_now().await.unwrap();
     b.sync_now().await.unwrap();
-    // A key takes part in an exchange when it was used since the last one: a read.
+    // b's admissions reach a by its next exchange.
     a.check(CheckRequest::new(&p, "k", 0)).await.unwrap();
     a.sync_now().await.unwrap();
 

@@ -1,16 +1,13 @@
 //! What the dashboard shows beyond verdicts: the current configuration's `[[pools]]`,
 //! read from the running pools at each poll (so a reload shows the new ones at once); the
-//! slots held by concurrency leases, read from the store ([`LeaseReads`]); and what settles
-//! and releases did, counted around the store ([`Tallied`]).
+//! slots held by concurrency leases, read from the store ([`LeaseReads`]). (What settles
+//! and releases did is counted around the store by `sluicegate_dashboard::Tallied`.)
 
 use std::sync::Arc;
 
-use sluicegate_core::{
-    BoxFuture, CheckRequest, KeyedCheck, Lease, Override, Policy, Settled, Settlement, Store,
-    StoreError, Verdict,
-};
+use sluicegate_core::{BoxFuture, CheckRequest, Policy};
 use sluicegate_dashboard::leases::LeaseItem;
-use sluicegate_dashboard::{DashboardObserver, LeaseRead, LeaseReader, PoolLevelRow, PoolRow};
+use sluicegate_dashboard::{LeaseRead, LeaseReader, PoolLevelRow, PoolRow};
 use sluicegate_middleware::Pool;
 
 use crate::state::AppState;
@@ -86,112 +83,5 @@ impl LeaseReader for LeaseReads {
                 })
                 .collect()
         })
-    }
-}
-
-/// The server's store with the dashboard's settle and release counters around it: every
-/// settle and release (decision API, gateway, middleware) goes through the one store of
-/// the state, so the counts see them all. Everything else passes straight through.
-pub struct Tallied {
-    inner: Arc<dyn Store>,
-    observer: Arc<DashboardObserver>,
-}
-
-impl Tallied {
-    /// `inner`, counted into `observer`'s [`SettleActivity`](sluicegate_dashboard::SettleActivity).
-    pub fn new(inner: Arc<dyn Store>, observer: Arc<DashboardObserver>) -> Self {
-        Tallied { inner, observer }
-    }
-}
-
-impl Store for Tallied {
-    fn check<'a>(&'a self, r: CheckRequest<'a>) -> BoxFuture<'a, Result<Verdict, StoreError>> {
-        self.inner.check(r)
-    }
-    fn check_batch<'a>(
-        &'a self,
-        requests: &'a [CheckRequest<'a>],
-    ) -> BoxFuture<'a, Vec<Result<Verdict, StoreError>>> {
-        self.inner.check_batch(requests)
-    }
-    fn check_keyed<'a>(
-        &'a self,
-        items: &'a [KeyedCheck<'a>],
-    ) -> BoxFuture<'a, Result<Verdict, StoreError>> {
-        self.inner.check_keyed(items)
-    }
-    fn refund_keyed<'a>(
-        &'a self,
-        items: &'a [KeyedCheck<'a>],
-    ) -> BoxFuture<'a, Result<(), StoreError>> {
-        self.inner.refund_keyed(items)
-    }
-    fn refund<'a>(
-        &'a self,
-        policies: &'a [Arc<Policy>],
-        key: &'a str,
-        cost: u64,
-    ) -> BoxFuture<'a, Result<(), StoreError>> {
-        self.inner.refund(policies, key, cost)
-    }
-    fn release<'a>(&'a self, leases: &'a [Lease]) -> BoxFuture<'a, Result<(), StoreError>> {
-        Box::pin(async move {
-            let result = self.inner.release(leases).await;
-            if result.is_ok() {
-                self.observer.settles().released(leases.len());
-            }
-            result
-        })
-    }
-    fn reset<'a>(
-        &'a self,
-        policy: &'a Policy,
-        key: &'a str,
-    ) -> BoxFuture<'a, Result<(), StoreError>> {
-        self.inner.reset(policy, key)
-    }
-    fn settle<'a>(&'a self, s: Settlement<'a>) -> BoxFuture<'a, Result<Settled, StoreError>> {
-        Box::pin(async move {
-            let result = self.inner.settle(s).await;
-            self.observer.settles().settle(s.estimate, s.real, &result);
-            result
-        })
-    }
-    fn set_override<'a>(
-        &'a self,
-        policy: &'a Arc<Policy>,
-        key: &'a str,
-        value: Option<Override>,
-    ) -> BoxFuture<'a, Result<(), StoreError>> {
-        self.inner.set_override(policy, key, value)
-    }
-    fn set_override_placed<'a>(
-        &'a self,
-        policy: &'a Arc<Policy>,
-        key: &'a str,
-        placement: &'a str,
-        value: Option<Override>,
-    ) -> BoxFuture<'a, Result<(), StoreError>> {
-        self.inner
-            .set_override_placed(policy, key, placement, value)
-    }
-    fn get_override<'a>(
-        &'a self,
-        policy: &'a Policy,
-        key: &'a str,
-    ) -> BoxFuture<'a, Result<Option<Override>, StoreError>> {
-        self.inner.get_override(policy, key)
-    }
-    fn ping(&self) -> BoxFuture<'_, Result<(), StoreError>> {
-        self.inner.ping()
-    }
-    fn tracked_keys(&self) -> Option<u64> {
-        self.inner.tracked_keys()
-    }
-    fn tracked_bytes(&self) -> Option<u64> {
-        self.inner.tracked_bytes()
-    }
-    fn kind(&self) -> &'static str {
-        self.inner.kind()
     }
 }

@@ -196,9 +196,23 @@ pub async fn start(
 {
     let mut ready = Vec::new();
     let mut done = Vec::new();
-    // One connection budget for the listener, whichever worker accepts.
+    // `max_connections` is shared out among the workers (nginx's worker_connections is per
+    // worker too). One budget for all would deadlock when full: a freed slot could go to a
+    // worker whose socket has nothing waiting while the kernel queued the next connection
+    // on another's. A worker never gets less than one slot, so a budget below the number of
+    // cores runs that many workers; the other sockets are closed before they listen.
     let limits = state.runtime().config.server.connections;
-    let permits = crate::conn::permits(&limits);
+    let workers = listeners.sockets.len().min(limits.max_connections.max(1));
+    let share = |i: usize| {
+        let (each, rest) = (
+            limits.max_connections / workers,
+            limits.max_connections % workers,
+        );
+        crate::conn::permits(&ConnectionLimits {
+            max_connections: each + usize::from(i < rest),
+            ..limits
+        })
+    };
     // TLS is decided at start (a reload changes the certificate, not whether there is one).
     let tls = state
         .runtime()
@@ -207,8 +221,8 @@ pub async fn start(
         .as_ref()
         .and_then(|g| g.tls.as_ref())
         .map(|_| tokio_rustls::TlsAcceptor::from(crate::tls::server_config(state.clone())));
-    for (i, socket) in listeners.sockets.into_iter().enumerate() {
-        let permits = std::sync::Arc::clone(&permits);
+    for (i, socket) in listeners.sockets.into_iter().take(workers).enumerate() {
+        let permits = share(i);
         let tls = tls.clone();
         let (ready_tx, ready_rx) = tokio::sync::oneshot::channel::<Result<(), ServerError>>();
         let (done_tx, done_rx) = tokio::sync::oneshot::channel::<Result<(), ServerError>>();

@@ -66,7 +66,7 @@ async fn serve(
 ) -> Result<(), ServerError> {
     crate::metrics::install();
     crate::metrics::spawn_upkeep();
-    let (state, dashboard) = open_state(&config).await?;
+    let (state, dashboard, synced) = open_state(&config).await?;
     let api = bind(config.server.listen, "API").await?;
     let gateway = match &config.gateway {
         Some(g) => Some((crate::gateway::Listeners::bind(g.listen)?, g.clone())),
@@ -129,12 +129,20 @@ async fn serve(
     if let Some((memory, path)) = snapshot {
         crate::snapshot::write_logged(memory, path, true).await;
     }
+    // store.sync: what this instance admitted since the last exchange reaches Redis.
+    if let Some(synced) = synced
+        && let Err(e) = synced.sync_now().await
+    {
+        tracing::warn!(error = %e, "store.sync: the last exchange with Redis failed; this instance's latest admissions are not counted there");
+    }
     served
 }
 
 /// The API listener's app: the decision API and the dashboard (which probes the same store,
-/// lists the pools and reads the slots leases hold), behind the API's guard.
-fn api_app(
+/// lists the pools and reads the slots leases hold), behind the API's guard. Public so that
+/// the benchmarks' in-process probe (crates/sluicegate-bench) measures the app this
+/// listener serves.
+pub fn api_app(
     state: &AppState,
     dashboard: Arc<sluicegate_dashboard::DashboardObserver>,
 ) -> axum::Router {
@@ -150,9 +158,17 @@ fn api_app(
 
 /// The store, the observers (metrics and the dashboard, which sees every verdict next to
 /// the metrics and probes the same store) and the state every listener shares.
-async fn open_state(
+#[allow(clippy::type_complexity)]
+pub async fn open_state(
     config: &Config,
-) -> Result<(AppState, Arc<sluicegate_dashboard::DashboardObserver>), ServerError> {
+) -> Result<
+    (
+        AppState,
+        Arc<sluicegate_dashboard::DashboardObserver>,
+        Option<Arc<sluicegate_redis::SyncedStore>>,
+    ),
+    ServerError,
+> {
     let opened = crate::store::open(&config.store).await?;
     let dashboard = Arc::new(sluicegate_dashboard::DashboardObserver::default());
     let observer: Arc<dyn sluicegate_core::VerdictObserver> = Arc::new(vec![
@@ -160,14 +176,14 @@ async fn open_state(
         Arc::clone(&dashboard) as Arc<dyn sluicegate_core::VerdictObserver>,
     ]);
     // Every settle and release goes through this store: the dashboard counts them here.
-    let store: Arc<dyn sluicegate_core::Store> = Arc::new(crate::dashboard::Tallied::new(
+    let store: Arc<dyn sluicegate_core::Store> = Arc::new(sluicegate_dashboard::Tallied::new(
         opened.store,
         Arc::clone(&dashboard),
     ));
     let state = AppState::new(config.clone(), store, opened.memory, observer)?;
     // The config's [[overrides]] are in the store before the first decision.
     state.sync_overrides().await;
-    Ok((state, dashboard))
+    Ok((state, dashboard, opened.synced))
 }
 
 /// Serves until the shutdown signal or until a listener ends on its own (a failure), then

@@ -18,6 +18,9 @@ pub struct OpenedStore {
     pub store: Arc<dyn Store>,
     /// The same store, typed, when it is in memory.
     pub memory: Option<Arc<MemoryStore>>,
+    /// The same store, typed, when it is local-first Redis (`store.sync`): flushed to Redis
+    /// on shutdown.
+    pub synced: Option<Arc<SyncedStore>>,
 }
 
 /// Opens the configured store. A Redis that is merely down is not an error: decisions
@@ -34,6 +37,7 @@ pub async fn open(config: &StoreConfig) -> Result<OpenedStore, ServerError> {
             Ok(OpenedStore {
                 store: Arc::new(Timed::new(Arc::clone(&memory))),
                 memory: Some(memory),
+                synced: None,
             })
         }
         Backend::Redis => {
@@ -48,16 +52,18 @@ pub async fn open(config: &StoreConfig) -> Result<OpenedStore, ServerError> {
             redis.timeout = config.timeout;
             // The Redis store times its own calls (with the same metric names); the
             // local-first one decides in memory and is timed like the memory store.
-            let store: Arc<dyn Store> = match config.sync {
+            let (store, synced): (Arc<dyn Store>, _) = match config.sync {
                 Some(interval) => {
                     let options = SyncOptions::new(interval, config.max_keys);
-                    Arc::new(Timed::new(SyncedStore::connect(redis, options).await?))
+                    let synced = Arc::new(SyncedStore::connect(redis, options).await?);
+                    (Arc::new(Timed::new(Arc::clone(&synced))), Some(synced))
                 }
-                None => Arc::new(RedisStore::connect(redis).await?),
+                None => (Arc::new(RedisStore::connect(redis).await?), None),
             };
             Ok(OpenedStore {
                 store,
                 memory: None,
+                synced,
             })
         }
     }

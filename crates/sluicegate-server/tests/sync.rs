@@ -82,6 +82,21 @@ period = "1d"
         .await;
     }
 
+    // Exchanges are counted; decisions are timed under the store's name.
+    let metrics = client
+        .get(a.url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains("sluicegate_store_sync_total{result=\"ok\"}"),
+        "{metrics}"
+    );
+    assert!(metrics.contains("store=\"redis-sync\""), "{metrics}");
+
     // Racing: 240 requests at once, half on each. At least the limit (no under-admission)
     // and at most N × limit = 80 (each server within the limit by itself).
     let mut tasks = tokio::task::JoinSet::new();
@@ -117,6 +132,28 @@ period = "1d"
         .await;
         assert!(!check(&client, server, "race").await);
     }
+}
+
+/// With an exchange only once a minute, what a server admitted reaches Redis at shutdown.
+#[tokio::test]
+async fn shutdown_sends_what_was_not_exchanged_yet() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let port = redis.port;
+    let dir = tempfile::tempdir().unwrap();
+    let config = format!(
+        "[store]\nbackend = \"redis\"\nurl = \"redis://127.0.0.1:{port}/0\"\nsync = \"1m\"\n\n[[policies]]\nname = \"window\"\nalgorithm = \"fixed_window\"\nlimit = {LIMIT}\nperiod = \"1d\"\n"
+    );
+    let path = write(dir.path(), "flush.toml", &config);
+    let client = Client::new();
+    let a = Sluicegate::start(sluicegate_bin!(), &["--config", path.to_str().unwrap()]);
+    for _ in 0..5 {
+        assert!(check(&client, &a, "flush").await);
+    }
+    assert!(a.terminate().success());
+    let b = Sluicegate::start(sluicegate_bin!(), &["--config", path.to_str().unwrap()]);
+    assert_eq!(remaining(&client, &b, "flush").await, LIMIT - 5);
 }
 
 #[test]

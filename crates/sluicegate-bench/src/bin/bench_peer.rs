@@ -17,25 +17,12 @@
 
 use std::net::SocketAddr;
 
-use axum::Router;
-use axum::body::Bytes;
-use axum::http::{Uri, header};
-use axum::response::IntoResponse;
-use axum::routing::post;
+use axum::http::Uri;
 use hyper::body::Incoming;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioIo};
-
-const ANSWER: &str = r#"{"allowed":true,"policy":"bench","limit":1000000000,"remaining":999999999,"reset_after_ms":1,"retry_after_ms":null}"#;
-
-async fn bare_check(_body: Bytes) -> impl IntoResponse {
-    ([(header::CONTENT_TYPE, "application/json")], ANSWER)
-}
-
-async fn ok() -> &'static str {
-    "ok"
-}
+use sluicegate_bench::apps::{bare_check_router, upstream_router};
 
 type Error = Box<dyn std::error::Error + Send + Sync>;
 
@@ -105,8 +92,8 @@ fn main() -> Result<(), Error> {
         return proxy(&addr, upstream);
     }
     let app = match mode.as_str() {
-        "bare" => Router::new().route("/v1/check", post(bare_check)),
-        "upstream" => Router::new().fallback(ok),
+        "bare" => bare_check_router(),
+        "upstream" => upstream_router(),
         _ => return Err(format!("unknown mode {mode}").into()),
     };
     let mut builder = tokio::runtime::Builder::new_multi_thread();

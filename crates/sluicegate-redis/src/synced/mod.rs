@@ -8,10 +8,9 @@
 //! Redis, `<state key>:sync:<period µs>:<window index>`. An exchange (`sync.lua`) adds to it
 //! what this instance admitted since the last one (`INCRBY`, TTL two periods) and reads
 //! back the fleet's count, which replaces the local view: local count = fleet count at the
-//! last exchange + what this instance admitted since. Only keys decided on since the last
-//! exchange take part; a key seen again after sitting one out is read first (one round
-//! trip, like its first decision), so no decision uses a fleet count older than one
-//! interval while Redis answers.
+//! last exchange + what this instance admitted since. Keys decided on in the last
+//! `KEEP_FRESH` (10) exchanges take part; a key idle longer (or new here) is read first (one
+//! `MGET`), so no decision uses a fleet count older than one interval while Redis answers.
 //!
 //! **Over-admission bound.** An instance admits only while its local count plus the cost
 //! is within the limit, and its local count misses only what the other instances admitted
@@ -66,6 +65,10 @@ pub const METRIC_SYNC: &str = "sluicegate_store_sync_total";
 
 /// Shards of the local state (each its own lock).
 const SHARDS: usize = 64;
+/// Exchanges that keep refreshing a key after its last decision: a key used at least this
+/// often (once a second at `sync = "100ms"`) never waits for a read of Redis, and Redis's
+/// work per exchange is bounded by the keys used in the last `KEEP_FRESH` intervals.
+const KEEP_FRESH: u64 = 10;
 /// Window counts per script call: large enough to amortise the call, small enough that
 /// one call never blocks Redis for long.
 const EXCHANGE_CHUNK: usize = 512;
@@ -276,38 +279,53 @@ impl Synced {
     /// from what it has, as in an outage).
     async fn load_stale(&self, items: &[Item<'_>], now: Micros) -> Vec<Option<Vec<(u64, u64)>>> {
         let completed = self.completed.load(Ordering::Acquire);
-        let mut reads: Vec<(usize, u64)> = Vec::new();
-        for (i, item) in items.iter().enumerate() {
-            let shard = self.shards[item.shard].lock();
-            let stale = shard
-                .map
-                .get(&item.base)
-                .is_none_or(|e| e.round < completed || e.period != item.policy.period());
-            drop(shard);
-            if stale {
-                reads.extend(read_windows(item.policy, now).into_iter().map(|w| (i, w)));
-            }
-        }
-        let mut loaded: Vec<Option<Vec<(u64, u64)>>> = vec![None; items.len()];
-        if reads.is_empty() {
-            return loaded;
-        }
-        let keys: Vec<WindowKey> = reads
-            .iter()
-            .map(|&(i, index)| WindowKey {
-                key: window_key(&items[i].base, items[i].policy.period(), index),
-                delta: 0,
-                ttl_ms: 0,
+        let stale: Vec<usize> = (0..items.len())
+            .filter(|&i| {
+                let item = &items[i];
+                let shard = self.shards[item.shard].lock();
+                shard
+                    .map
+                    .get(&item.base)
+                    .is_none_or(|e| e.round < completed || e.period != item.policy.period())
             })
             .collect();
-        let (totals, _) = self.run(&keys).await;
-        for (&(i, index), total) in reads.iter().zip(totals) {
-            let counts = loaded[i].get_or_insert_with(Vec::new);
-            if let Some(total) = total {
-                counts.push((index, total));
-            }
+        let mut loaded: Vec<Option<Vec<(u64, u64)>>> = vec![None; items.len()];
+        // One `MGET` per item (its windows share its hash slot), the items concurrently: a
+        // plain read, pipelined on the shared connection, far cheaper for Redis than a
+        // script call.
+        let reads = stale.iter().map(|&i| self.read(&items[i], now));
+        for (&i, counts) in stale.iter().zip(join_all(reads).await) {
+            loaded[i] = Some(counts);
         }
         loaded
+    }
+
+    /// The fleet's counts of `item`'s windows at `now`; none when Redis does not answer.
+    async fn read(&self, item: &Item<'_>, now: Micros) -> Vec<(u64, u64)> {
+        let windows = read_windows(item.policy, now);
+        let keys: Vec<String> = windows
+            .iter()
+            .map(|&w| window_key(&item.base, item.policy.period(), w))
+            .collect();
+        let reply = self
+            .redis
+            .inner()
+            .link
+            .run(move |mut conn| async move {
+                redis::cmd("MGET")
+                    .arg(&keys)
+                    .query_async::<Vec<Option<u64>>>(&mut conn)
+                    .await
+            })
+            .await;
+        match reply {
+            Ok(values) => windows
+                .into_iter()
+                .zip(values)
+                .map(|(w, v)| (w, v.unwrap_or(0)))
+                .collect(),
+            Err(_) => Vec::new(),
+        }
     }
 
     /// Locks the items' shards (in shard order, so concurrent requests cannot deadlock)
@@ -390,6 +408,7 @@ impl Synced {
             shard.map.insert(item.base.clone(), entry);
         }
         if let Some(entry) = shard.map.get_mut(&item.base) {
+            entry.used = completed;
             if admitted {
                 self.dropped(entry.admit(now, item.cost));
             } else {
@@ -411,7 +430,7 @@ impl Synced {
         let _one = self.exchanging.lock().await;
         let now = self.clock.now();
         let round = self.completed.load(Ordering::Acquire) + 1;
-        let (sent, keys) = self.take_round(now);
+        let (sent, keys) = self.take_round(now, round - 1);
         let (totals, error) = self.run(&keys).await;
         self.apply_round(&sent, &totals, round);
         let result = if error.is_some() { "failed" } else { "ok" };
@@ -425,14 +444,16 @@ impl Synced {
         }
     }
 
-    /// Collects what an exchange sends, dropping idle entries on the way.
-    fn take_round(&self, now: Micros) -> (Vec<Sent>, Vec<WindowKey>) {
+    /// Collects what an exchange sends (entries used in the last [`KEEP_FRESH`] exchanges
+    /// or holding unsent admissions), dropping idle entries on the way.
+    fn take_round(&self, now: Micros, completed: u64) -> (Vec<Sent>, Vec<WindowKey>) {
         let (mut sent, mut keys) = (Vec::new(), Vec::new());
         for (s, shard) in self.shards.iter().enumerate() {
             let mut shard = shard.lock();
             shard.map.retain(|_, e| !e.idle(now));
             for (base, entry) in shard.map.iter_mut() {
-                if !entry.dirty && !entry.has_unsent() {
+                let recent = entry.used.saturating_add(KEEP_FRESH) >= completed;
+                if !entry.dirty && !recent && !entry.has_unsent() {
                     continue;
                 }
                 let (carried, lost) = entry.take(now);

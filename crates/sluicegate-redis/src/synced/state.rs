@@ -50,6 +50,9 @@ pub(crate) struct Entry {
     touched: Micros,
     /// Decided on since the last exchange: the next exchange refreshes it.
     pub(crate) dirty: bool,
+    /// Exchanges completed when it was last decided on: exchanges keep refreshing it for a
+    /// while after (see `KEEP_FRESH`), so a key in steady use never waits for Redis.
+    pub(crate) used: u64,
     /// The exchange round whose fleet counts it holds (see `SyncedStore`'s freshness rule).
     pub(crate) round: u64,
 }
@@ -129,6 +132,7 @@ impl Entry {
             windows: [Window::default(); 2],
             touched: now,
             dirty: false,
+            used: round,
             round,
         };
         entry.refresh(counts, round);

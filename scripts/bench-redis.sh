@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# The Redis store's side-by-side benchmarks, each printing a Markdown table (stdout) and its
+# rounds (stderr), for scripts/bench.sh and docs/benchmarks/redis.md:
+#   1. `throughput`: RedisStore::check and check_batch vs redis-benchmark EVALSHA of the
+#      raw script (-P 16);
+#   2. `sync`: store.sync (SyncedStore, local decisions, counts exchanged every 100 ms) vs
+#      exact mode (RedisStore), decisions/s per instance and redis-server CPU per decision,
+#      on 10,000 keys and on one hot key.
+# Usage: scripts/bench-redis.sh [SECONDS_PER_ROUND] [ROUNDS]   (defaults 3 and 5)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+seconds=${1:-3}
+rounds=${2:-5}
+echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)" >&2
+echo "### Redis store vs redis-benchmark (raw script)"
+cargo bench -q -p sluicegate-redis --bench throughput -- --seconds "$seconds" --rounds "$rounds"
+echo
+echo "### store.sync vs exact mode, 10,000 keys"
+cargo bench -q -p sluicegate-redis --bench sync -- --seconds "$seconds" --rounds "$rounds" --keys 10000
+echo
+echo "### store.sync vs exact mode, one hot key"
+cargo bench -q -p sluicegate-redis --bench sync -- --seconds "$seconds" --rounds "$rounds" --keys 1
+echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)" >&2
