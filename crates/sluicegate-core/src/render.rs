@@ -23,7 +23,6 @@ use std::str::FromStr;
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
-use sfv::{Integer, KeyRef, ListSerializer, StringRef};
 
 use crate::clock::{Clock, Micros};
 use crate::policy::Policy;
@@ -253,17 +252,58 @@ pub fn write_headers(
     }
 }
 
-fn sf_int(value: u64) -> Integer {
-    i64::try_from(value)
-        .ok()
-        .and_then(|v| Integer::try_from(v).ok())
-        .unwrap_or(Integer::MAX)
+/// The two `ietf` fields are Structured Field lists (RFC 9651, §4.1.1) of one shape: strings
+/// (the policy names) each with two integer parameters. Written by hand into one buffer,
+/// integers by `itoa`: `sfv`'s serialiser took ~1,700 instructions a response, most of it
+/// `core::fmt` for four integers and a `String` grown piece by piece (callgrind,
+/// docs/benchmarks/server.md). `sfv` stays the oracle: `sf_list_is_what_sfv_writes` checks
+/// every string and integer against it, and the middleware's tests parse the headers with it.
+struct SfList {
+    out: String,
 }
 
-const KEY_Q: &KeyRef = KeyRef::constant("q");
-const KEY_W: &KeyRef = KeyRef::constant("w");
-const KEY_R: &KeyRef = KeyRef::constant("r");
-const KEY_T: &KeyRef = KeyRef::constant("t");
+/// The largest integer a Structured Field carries (15 digits); larger numbers are sent as it.
+const SF_MAX_INTEGER: u64 = 999_999_999_999_999;
+
+impl SfList {
+    fn new(members: usize) -> SfList {
+        // `"name";q=…;w=…`: names are at most 128 bytes, usually a dozen.
+        SfList {
+            out: String::with_capacity(48 * members),
+        }
+    }
+
+    /// Adds `"name";k1=v1;k2=v2`; nothing when the name has a character an sf-string cannot
+    /// carry (outside printable ASCII), as `sfv` refuses it. The keys are constants.
+    fn member(&mut self, name: &str, params: [(&str, u64); 2]) {
+        if !name.bytes().all(|b| (0x20..=0x7e).contains(&b)) {
+            return;
+        }
+        if !self.out.is_empty() {
+            self.out.push_str(", ");
+        }
+        self.out.push('"');
+        for c in name.chars() {
+            if matches!(c, '"' | '\\') {
+                self.out.push('\\');
+            }
+            self.out.push(c);
+        }
+        self.out.push('"');
+        let mut digits = itoa::Buffer::new();
+        for (key, value) in params {
+            self.out.push(';');
+            self.out.push_str(key);
+            self.out.push('=');
+            self.out.push_str(digits.format(value.min(SF_MAX_INTEGER)));
+        }
+    }
+
+    /// The field; `None` for an empty list, which is not a valid field value.
+    fn finish(self) -> Option<String> {
+        (!self.out.is_empty()).then_some(self.out)
+    }
+}
 
 /// The `RateLimit-Policy` field for these policies (shadow ones left out) at `now`: `None`
 /// when none is left.
@@ -283,33 +323,21 @@ pub fn policy_field(policies: &[Arc<Policy>], now: Micros) -> Option<String> {
 /// [`policy_field`] with each policy's limit as decided (a key's override may give it
 /// another than the policy's).
 fn policy_field_with(policies: &[(&Policy, u64)], now: Micros) -> Option<String> {
-    let mut list = ListSerializer::new();
+    let mut list = SfList::new(policies.len());
     for (policy, limit) in policies.iter().filter(|(p, _)| p.is_enforcing()) {
-        let Ok(name) = StringRef::from_str(policy.name()) else {
-            continue;
-        };
         // A calendar window's real length: 23 hours on the day DST starts, 29 days in a
         // leap February.
         let window = ceil_secs(policy.window_at(now)).max(1);
-        list.bare_item(name)
-            .parameter(KEY_Q, sf_int(*limit))
-            .parameter(KEY_W, sf_int(window));
+        list.member(policy.name(), [("q", *limit), ("w", window)]);
     }
-    // `finish` is `None` for an empty list, which is not a valid field value.
     list.finish()
 }
 
 fn write_ietf(verdict: &Verdict, clock: &dyn Clock, sink: &mut impl HeaderSink) {
-    let mut state = ListSerializer::new();
+    let mut state = SfList::new(verdict.decisions.len());
     for d in shown(verdict) {
-        let Ok(name) = StringRef::from_str(d.policy.name()) else {
-            continue;
-        };
         let reset = ceil_secs(d.decision.reset_after).max(1);
-        state
-            .bare_item(name)
-            .parameter(KEY_R, sf_int(d.decision.remaining))
-            .parameter(KEY_T, sf_int(reset));
+        state.member(d.policy.name(), [("r", d.decision.remaining), ("t", reset)]);
     }
     let Some(value) = state.finish() else {
         return;
@@ -402,6 +430,7 @@ mod tests {
     use super::*;
     use crate::clock::SystemClock;
     use crate::{AlgorithmKind, Decision, Mode};
+    use proptest::prelude::*;
     use std::time::Duration;
 
     fn policy(name: &str, limit: u64, period: Duration, mode: Mode) -> Arc<Policy> {
@@ -505,6 +534,51 @@ mod tests {
             &verdict,
         );
         assert!(h.is_empty());
+    }
+
+    /// A number for the oracle: `sfv`'s largest integer for anything beyond it.
+    fn sf_integer(value: u64) -> sfv::Integer {
+        i64::try_from(value)
+            .ok()
+            .and_then(|v| sfv::Integer::try_from(v).ok())
+            .unwrap_or(sfv::Integer::MAX)
+    }
+
+    fn sf_number() -> impl Strategy<Value = u64> {
+        prop_oneof![
+            0..1_000u64,
+            any::<u64>(),
+            SF_MAX_INTEGER - 2..=SF_MAX_INTEGER + 2,
+        ]
+    }
+
+    fn sf_name() -> impl Strategy<Value = String> {
+        prop_oneof![
+            "[A-Za-z0-9_.-]{1,16}",
+            "[ -~]{0,12}",
+            r#"[a\\"]{0,4}"#,
+            any::<String>()
+        ]
+    }
+
+    proptest! {
+        #[test]
+        fn sf_list_is_what_sfv_writes(
+            members in proptest::collection::vec((sf_name(), sf_number(), sf_number()), 0..4),
+        ) {
+            let mut ours = SfList::new(members.len());
+            let mut oracle = sfv::ListSerializer::new();
+            for (name, a, b) in &members {
+                ours.member(name, [("r", *a), ("t", *b)]);
+                if let Ok(item) = sfv::StringRef::from_str(name) {
+                    oracle
+                        .bare_item(item)
+                        .parameter(sfv::KeyRef::constant("r"), sf_integer(*a))
+                        .parameter(sfv::KeyRef::constant("t"), sf_integer(*b));
+                }
+            }
+            prop_assert_eq!(ours.finish(), oracle.finish());
+        }
     }
 
     #[test]

@@ -4,7 +4,7 @@
 //! [`sluicegate_core::render`] (the Envoy service uses the same renderer); this module only
 //! writes it into an [`http::HeaderMap`] and builds the responses.
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use http::{HeaderMap, HeaderName, HeaderValue, Response, StatusCode, header};
 use http_body_util::Full;
 use sluicegate_core::render::{self, Header, HeaderSink, Value};
@@ -40,26 +40,36 @@ fn name(header: Header) -> HeaderName {
     }
 }
 
-/// The `http` value of a rendered value; `None` only if it were not a valid header value,
-/// which the renderer never produces.
-fn value(value: Value) -> Option<HeaderValue> {
-    match value {
-        Value::Int(n) => Some(HeaderValue::from(n)),
-        Value::Static(s) => Some(HeaderValue::from_static(s)),
-        Value::Text(s) => HeaderValue::try_from(s).ok(),
-    }
-}
-
 /// An [`http::HeaderMap`] as a [`HeaderSink`], with the route's `RateLimit-Policy` when it
 /// was computed ahead.
+///
+/// Numbers and the cached field are written into one buffer that the header values share
+/// (two allocations a response instead of one a value), and the cached field is copied
+/// rather than cloned: a clone would count references on bytes every worker thread shares.
 struct HttpSink<'a> {
     headers: &'a mut HeaderMap,
     policy_field: Option<&'a HeaderValue>,
+    buf: BytesMut,
+}
+
+impl HttpSink<'_> {
+    /// `bytes` as a header value sharing the sink's buffer.
+    fn shared(&mut self, bytes: &[u8]) -> Option<HeaderValue> {
+        self.buf.extend_from_slice(bytes);
+        // Only rendered text comes here (digits, a field computed by the renderer), which
+        // is always a valid value; the check is the safe constructor's, a loop over bytes.
+        HeaderValue::from_maybe_shared(self.buf.split().freeze()).ok()
+    }
 }
 
 impl HeaderSink for HttpSink<'_> {
     fn set(&mut self, header: Header, rendered: Value) {
-        if let Some(v) = value(rendered) {
+        let value = match rendered {
+            Value::Int(n) => self.shared(itoa::Buffer::new().format(n).as_bytes()),
+            Value::Static(s) => Some(HeaderValue::from_static(s)),
+            Value::Text(s) => HeaderValue::try_from(s).ok(),
+        };
+        if let Some(v) = value {
             self.headers.insert(name(header), v);
         }
     }
@@ -68,11 +78,16 @@ impl HeaderSink for HttpSink<'_> {
         let Some(field) = self.policy_field else {
             return false;
         };
-        self.headers
-            .insert(name(Header::RateLimitPolicy), field.clone());
+        if let Some(v) = self.shared(field.as_bytes()) {
+            self.headers.insert(name(Header::RateLimitPolicy), v);
+        }
         true
     }
 }
+
+/// Room for the numbers of every header set and a cached `RateLimit-Policy` of a few
+/// policies; more only means one more allocation.
+const VALUES_CAPACITY: usize = 128;
 
 /// Writes the configured header sets for `verdict` into `headers`, plus `Retry-After` when
 /// it is a rejection. Reads the wall clock for `legacy`'s Unix time.
@@ -107,9 +122,12 @@ pub fn write_headers_cached(
     policy_field: Option<&HeaderValue>,
     headers: &mut HeaderMap,
 ) {
+    // Three headers a set at most, and Retry-After: the map grows once, not per header.
+    headers.reserve(sets.len() * 3 + 1);
     let mut sink = HttpSink {
         headers,
         policy_field,
+        buf: BytesMut::with_capacity(VALUES_CAPACITY),
     };
     render::write_headers(sets, verdict, &SystemClock, &mut sink);
 }

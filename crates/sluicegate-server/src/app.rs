@@ -61,7 +61,7 @@ async fn api_token(
         "/healthz" | "/readyz" | "/metrics" | "/openapi.json"
     );
     if !open {
-        let runtime = state.runtime();
+        let runtime = state.current();
         let server = &runtime.config.server;
         if let Err(e) = api::admin::authorize_api(
             server.api_token.as_deref(),

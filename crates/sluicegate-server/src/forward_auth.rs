@@ -5,6 +5,7 @@
 //! decide it exactly as the gateway would. The proxy is the TCP peer: it must be listed in
 //! `server.trusted_proxies` for its `X-Forwarded-For` to name the client.
 
+use std::borrow::Cow;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -40,23 +41,24 @@ use crate::state::AppState;
 pub async fn forward_auth(
     State(state): State<AppState>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
-    method: Method,
-    headers: HeaderMap,
+    // Taken whole: the `HeaderMap` extractor would copy every header of the request.
+    request: axum::extract::Request,
 ) -> Response {
-    let runtime = state.runtime();
+    let runtime = state.current();
+    let headers = request.headers();
     let (uri_header, method_header) = runtime.config.server.forward_auth_source.headers();
-    let path = match original_path(&headers, uri_header) {
+    let path = match original_path(headers, uri_header) {
         Ok(path) => path,
         Err(e) => return e.into_response(),
     };
-    let method = match original_method(&headers, method_header, method) {
+    let method = match original_method(headers, method_header, request.method()) {
         Ok(method) => method,
         Err(e) => return e.into_response(),
     };
-    warn_untrusted_once(&runtime.limiter, peer, &headers);
+    warn_untrusted_once(&runtime.limiter, peer, headers);
     let Some(decision) = runtime
         .limiter
-        .check(&method, &path, &headers, peer.ip())
+        .check(&method, &path, headers, peer.ip())
         .await
     else {
         return StatusCode::OK.into_response();
@@ -80,7 +82,7 @@ pub async fn forward_auth(
 
 /// The path and query of the original request (the query is not part of route matching;
 /// only `query:<name>` keys read it).
-fn original_path(headers: &HeaderMap, name: &str) -> Result<String, ApiError> {
+fn original_path<'h>(headers: &'h HeaderMap, name: &str) -> Result<Cow<'h, str>, ApiError> {
     let Some(value) = headers.get(name) else {
         return Err(ApiError::invalid(format!(
             "forward-auth needs the {name} header (server.forward_auth_source); \
@@ -90,19 +92,26 @@ fn original_path(headers: &HeaderMap, name: &str) -> Result<String, ApiError> {
     // Origin form (`/a//b?q`): what nginx's $request_uri, Caddy and Traefik send. It is
     // taken as it is, not parsed as a URI: `//a` would read `a` as a host and skip the limit
     // of `/a`. Bytes that are not UTF-8 are replaced, never a reason to refuse (or admit).
+    /// The target without surrounding blanks and the fragment.
+    fn target(text: &str) -> &str {
+        text.trim().split('#').next().unwrap_or("/")
+    }
     let text = String::from_utf8_lossy(value.as_bytes());
-    let text = text.trim();
-    if !text.starts_with('/') {
+    if !text.trim().starts_with('/') {
         return Err(ApiError::invalid(format!(
             "the {name} header must be the request target in origin form (`/path?query`)"
         )));
     }
-    Ok(text.split('#').next().unwrap_or("/").to_owned())
+    // Borrowed from the header when it is UTF-8 (the usual case): no copy per request.
+    Ok(match text {
+        Cow::Borrowed(text) => Cow::Borrowed(target(text)),
+        Cow::Owned(text) => Cow::Owned(target(&text).to_owned()),
+    })
 }
 
-fn original_method(headers: &HeaderMap, name: &str, own: Method) -> Result<Method, ApiError> {
+fn original_method(headers: &HeaderMap, name: &str, own: &Method) -> Result<Method, ApiError> {
     match headers.get(name) {
-        None => Ok(own),
+        None => Ok(own.clone()),
         Some(value) => Method::from_bytes(value.as_bytes())
             .map_err(|_| ApiError::invalid(format!("the {name} header is not an HTTP method"))),
     }
@@ -116,6 +125,9 @@ fn warn_untrusted_once(
     headers: &HeaderMap,
 ) {
     static WARNED: AtomicBool = AtomicBool::new(false);
+    if WARNED.load(Ordering::Relaxed) {
+        return; // said once: no header lookup per request from now on
+    }
     let forwarded = headers.contains_key(limiter.identity().header.name());
     if forwarded
         && !limiter.identity().is_trusted(peer.ip())

@@ -139,8 +139,10 @@ async fn serve(
 }
 
 /// The API listener's app: the decision API and the dashboard (which probes the same store,
-/// lists the pools and reads the slots leases hold), behind the API's guard.
-fn api_app(
+/// lists the pools and reads the slots leases hold), behind the API's guard. Public so that
+/// the benchmarks' in-process probe (crates/sluicegate-bench) measures the app this
+/// listener serves.
+pub fn api_app(
     state: &AppState,
     dashboard: Arc<sluicegate_dashboard::DashboardObserver>,
 ) -> axum::Router {
@@ -157,7 +159,7 @@ fn api_app(
 /// The store, the observers (metrics and the dashboard, which sees every verdict next to
 /// the metrics and probes the same store) and the state every listener shares.
 #[allow(clippy::type_complexity)]
-async fn open_state(
+pub async fn open_state(
     config: &Config,
 ) -> Result<
     (

@@ -7,7 +7,9 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use arc_swap::ArcSwap;
+use http::HeaderValue;
 use sluicegate_core::{Decider, MemoryStore, Policy, Store, VerdictObserver};
+use sluicegate_middleware::headers::policy_field;
 use sluicegate_middleware::{
     AccessList, ClientIdentity, HeaderSet, Pool, RateLimiter, RouteTable, WaitQueue,
 };
@@ -25,7 +27,17 @@ pub struct Runtime {
     pub limiter: Arc<RateLimiter>,
     /// The `[[pools]]` the routes send requests through.
     pub pools: Vec<Arc<Pool>>,
-    by_name: HashMap<String, Arc<Policy>>,
+    by_name: HashMap<String, Named>,
+}
+
+/// A policy the decision API finds by name, with what its answers send that does not
+/// change per request.
+#[derive(Debug)]
+struct Named {
+    policy: Arc<Policy>,
+    /// `RateLimit-Policy` for a request naming this policy alone; `None` on a calendar,
+    /// whose window's length changes with the date.
+    field: Option<HeaderValue>,
 }
 
 impl Runtime {
@@ -37,12 +49,24 @@ impl Runtime {
         wait_queue: &Arc<WaitQueue>,
         registry: &PoolRegistry,
     ) -> Result<Self, ServerError> {
-        let by_name: HashMap<String, Arc<Policy>> = config
+        let by_name: HashMap<String, Named> = config
             .policies
             .iter()
-            .map(|p| (p.name().to_owned(), Arc::clone(p)))
+            .map(|p| {
+                let field = p
+                    .calendar()
+                    .is_none()
+                    .then(|| policy_field(std::slice::from_ref(p)));
+                let named = Named {
+                    policy: Arc::clone(p),
+                    field: field.flatten(),
+                };
+                (p.name().to_owned(), named)
+            })
             .collect();
-        let routes = RouteTable::new(&config.routes, |name| by_name.get(name).cloned())?;
+        let routes = RouteTable::new(&config.routes, |name| {
+            by_name.get(name).map(|n| Arc::clone(&n.policy))
+        })?;
         let identity = ClientIdentity::new(
             config.server.trusted_proxies.clone(),
             config.server.ipv6_prefix,
@@ -67,7 +91,20 @@ impl Runtime {
 
     /// A loaded policy by name.
     pub fn policy(&self, name: &str) -> Option<&Arc<Policy>> {
-        self.by_name.get(name)
+        self.by_name.get(name).map(|n| &n.policy)
+    }
+
+    /// The `RateLimit-Policy` value of an answer deciding `policies`, computed when the
+    /// configuration was loaded: for one policy (not on a calendar) of this configuration.
+    pub fn policy_field(&self, policies: &[Arc<Policy>]) -> Option<&HeaderValue> {
+        let [policy] = policies else {
+            return None;
+        };
+        let named = self.by_name.get(policy.name())?;
+        // The same policy, not one of the same name from another configuration.
+        Arc::ptr_eq(&named.policy, policy)
+            .then_some(named.field.as_ref())
+            .flatten()
     }
 }
 
@@ -106,10 +143,22 @@ pub fn log_envoy_errors(errors: &sluicegate_envoy::ConfigErrors) {
     tracing::error!("[envoy] rules not reloaded; the running rules stay");
 }
 
-/// Shared by every handler and listener; cheap to clone.
+/// Shared by every handler and listener; cheap to clone: one reference count, which every
+/// request's extractors increment (a dozen counted fields would each be an atomic that all
+/// worker threads write). Its fields are [`Shared`]'s.
 #[derive(Clone)]
-pub struct AppState {
-    runtime: Arc<ArcSwap<Runtime>>,
+pub struct AppState(Arc<Shared>);
+
+impl std::ops::Deref for AppState {
+    type Target = Shared;
+    fn deref(&self) -> &Shared {
+        &self.0
+    }
+}
+
+/// What an [`AppState`] holds.
+pub struct Shared {
+    runtime: ArcSwap<Runtime>,
     /// Where limiter state lives.
     pub store: Arc<dyn Store>,
     /// The same store when it is the in-memory one (reloads prune its tables).
@@ -129,7 +178,7 @@ pub struct AppState {
     /// Signs tokens when no `server.reservation_secret` is set: a random key of this process.
     random_signer: Arc<crate::api::token::Signer>,
     /// The (policy, key) pairs the config's `[[overrides]]` last wrote to the store.
-    config_overrides: Arc<Mutex<Vec<(String, String)>>>,
+    config_overrides: Mutex<Vec<(String, String)>>,
 }
 
 impl AppState {
@@ -144,9 +193,9 @@ impl AppState {
         let wait_queue = WaitQueue::new(config.server.max_waiting);
         let pools = PoolRegistry::default();
         let runtime = Runtime::new(config, decider.clone(), &wait_queue, &pools)?;
-        let state = AppState {
+        let state = AppState(Arc::new(Shared {
             wait_queue,
-            runtime: Arc::new(ArcSwap::from_pointee(runtime)),
+            runtime: ArcSwap::from_pointee(runtime),
             store,
             memory,
             observer,
@@ -155,8 +204,8 @@ impl AppState {
             pools,
             envoy_print: Arc::default(),
             random_signer: Arc::new(crate::api::token::Signer::random()),
-            config_overrides: Arc::default(),
-        };
+            config_overrides: Mutex::default(),
+        }));
         state.reload_envoy()?;
         Ok(state)
     }
@@ -173,6 +222,12 @@ impl AppState {
     /// The current configuration snapshot.
     pub fn runtime(&self) -> Arc<Runtime> {
         self.runtime.load_full()
+    }
+
+    /// The current configuration snapshot for the span of one request: no reference count
+    /// to increment (as [`AppState::runtime`] does) while no reload replaces it.
+    pub fn current(&self) -> arc_swap::Guard<Arc<Runtime>> {
+        self.runtime.load()
     }
 
     /// Installs a new configuration. Policies keep their state: unchanged ones as they

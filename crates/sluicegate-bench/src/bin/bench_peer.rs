@@ -8,21 +8,7 @@
 //!
 //! Both run on a Tokio runtime with `THREADS` worker threads (default: all cores).
 
-use axum::Router;
-use axum::body::Bytes;
-use axum::http::header;
-use axum::response::IntoResponse;
-use axum::routing::post;
-
-const ANSWER: &str = r#"{"allowed":true,"policy":"bench","limit":1000000000,"remaining":999999999,"reset_after_ms":1,"retry_after_ms":null}"#;
-
-async fn bare_check(_body: Bytes) -> impl IntoResponse {
-    ([(header::CONTENT_TYPE, "application/json")], ANSWER)
-}
-
-async fn ok() -> &'static str {
-    "ok"
-}
+use sluicegate_bench::apps::{bare_check_router, upstream_router};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
@@ -31,8 +17,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         _ => return Err("usage: bench_peer bare|upstream ADDR".into()),
     };
     let app = match mode.as_str() {
-        "bare" => Router::new().route("/v1/check", post(bare_check)),
-        "upstream" => Router::new().fallback(ok),
+        "bare" => bare_check_router(),
+        "upstream" => upstream_router(),
         _ => return Err(format!("unknown mode {mode}").into()),
     };
     let mut builder = tokio::runtime::Builder::new_multi_thread();

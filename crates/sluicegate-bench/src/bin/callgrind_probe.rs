@@ -5,11 +5,15 @@
 //!
 //! `cargo build --release -p sluicegate-bench --bin callgrind_probe`
 use std::hint::black_box;
-use std::net::{IpAddr, Ipv4Addr};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
-use http::{HeaderMap, Method, StatusCode};
+use axum::Router;
+use axum::body::Body;
+use axum::extract::ConnectInfo;
+use http::{HeaderMap, Method, Request, StatusCode};
+use sluicegate_bench::{apps, server};
 use sluicegate_core::{AlgorithmKind, CheckRequest, MemoryStore, Policy};
 use sluicegate_middleware::headers::{rejection_response, write_headers};
 use sluicegate_middleware::{HeaderSet, RateLimiter, RouteSpec, RouteTable};
@@ -136,7 +140,143 @@ fn probe_route_scan_large(table: &RouteTable) {
     probe_route_scan(table)
 }
 
-fn main() {
+/// The TCP peer every in-process request comes from (a trusted proxy in the configurations).
+fn peer() -> ConnectInfo<SocketAddr> {
+    ConnectInfo(SocketAddr::from(([127, 0, 0, 1], 40_000)))
+}
+
+/// One request through `app` (no sockets: routing, extractors, handler, response), answered
+/// `expect`.
+fn serve_one(rt: &tokio::runtime::Runtime, app: &Router, request: Request<Body>, expect: u16) {
+    let response = rt.block_on(tower::ServiceExt::oneshot(app.clone(), request));
+    let response = response.expect("infallible");
+    assert_eq!(response.status(), expect);
+    black_box(response);
+}
+
+/// `POST /v1/check` for one of 1,000 keys, cost 1 (what `benches/check.lua` sends).
+fn check_request(i: usize) -> Request<Body> {
+    let body = format!(
+        r#"{{"policy":"bench","key":"user-{}","cost":1}}"#,
+        i % 1_000
+    );
+    Request::post("/v1/check")
+        .header("content-type", "application/json")
+        .extension(peer())
+        .body(Body::from(body))
+        .expect("a request")
+}
+
+#[inline(never)]
+fn probe_api_bare(rt: &tokio::runtime::Runtime, app: &Router) {
+    for i in 0..N {
+        serve_one(rt, app, check_request(i), 200);
+    }
+}
+
+#[inline(never)]
+fn probe_api_check(rt: &tokio::runtime::Runtime, app: &Router) {
+    // The tag keeps LLVM from merging this function with its twin (callgrind needs both).
+    black_box(2usize);
+    for i in 0..N {
+        serve_one(rt, app, check_request(i), 200);
+    }
+}
+
+/// `GET /api/items` from one of 1,000 clients behind the trusted proxy.
+fn items_request(ips: &[String], i: usize) -> Request<Body> {
+    Request::get("/api/items")
+        .header("x-forwarded-for", &ips[i % ips.len()])
+        .extension(peer())
+        .body(Body::empty())
+        .expect("a request")
+}
+
+#[inline(never)]
+fn probe_layer_bare(rt: &tokio::runtime::Runtime, app: &Router, ips: &[String]) {
+    for i in 0..N {
+        serve_one(rt, app, items_request(ips, i), 200);
+    }
+}
+
+#[inline(never)]
+fn probe_layer_limited(rt: &tokio::runtime::Runtime, app: &Router, ips: &[String]) {
+    // The tag keeps LLVM from merging this function with its twin (callgrind needs both).
+    black_box(2usize);
+    for i in 0..N {
+        serve_one(rt, app, items_request(ips, i), 200);
+    }
+}
+
+/// What nginx `auth_request` sends for a client's `GET /static/app/main.js`, which falls
+/// to the catch-all route.
+fn forward_auth_request(ips: &[String], i: usize) -> Request<Body> {
+    Request::get("/v1/forward-auth")
+        .header("x-original-uri", CATCH_ALL_PATH)
+        .header("x-original-method", "GET")
+        .header("x-forwarded-for", &ips[i % ips.len()])
+        .extension(peer())
+        .body(Body::empty())
+        .expect("a request")
+}
+
+#[inline(never)]
+fn probe_forward_auth_1(rt: &tokio::runtime::Runtime, app: &Router, ips: &[String]) {
+    for i in 0..N {
+        serve_one(rt, app, forward_auth_request(ips, i), 200);
+    }
+}
+
+#[inline(never)]
+fn probe_forward_auth_5000(rt: &tokio::runtime::Runtime, app: &Router, ips: &[String]) {
+    // The tag keeps LLVM from merging this function with its twin (callgrind needs both).
+    black_box(5000usize);
+    for i in 0..N {
+        serve_one(rt, app, forward_auth_request(ips, i), 200);
+    }
+}
+
+/// Whether to run `step`: `PROBE=<step>` runs that one alone (`scripts/callgrind-probe.sh`
+/// runs the binary once a step, and valgrind makes each run slow); unset runs all.
+fn wanted(step: &str) -> bool {
+    std::env::var("PROBE").map_or(true, |only| only == step)
+}
+
+/// The HTTP steps: whole requests through the apps the wrk scripts load.
+fn http_probes() {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    let ips: Vec<String> = (0..1_000)
+        .map(|i| format!("10.1.{}.{}", i / 256, i % 256))
+        .collect();
+    let app = |routes| {
+        rt.block_on(server::api_app(&server::config("127.0.0.1:0", routes)))
+            .expect("the server's app")
+    };
+    if wanted("probe_api_bare") {
+        probe_api_bare(&rt, &apps::bare_check_router());
+    }
+    if wanted("probe_api_check") {
+        probe_api_check(&rt, &app(1));
+    }
+    if wanted("probe_layer_bare") {
+        probe_layer_bare(&rt, &apps::layer_app(), &ips);
+    }
+    if wanted("probe_layer_limited") {
+        probe_layer_limited(&rt, &apps::limited_app(&HeaderSet::DEFAULT), &ips);
+    }
+    if wanted("probe_forward_auth_1") {
+        probe_forward_auth_1(&rt, &app(1), &ips);
+    }
+    if wanted("probe_forward_auth_5000") {
+        probe_forward_auth_5000(&rt, &app(5_000), &ips);
+    }
+}
+
+/// The steps on the engine's parts, without HTTP.
+fn part_probes() {
     let rt = tokio::runtime::Builder::new_current_thread()
         .build()
         .expect("a runtime");
@@ -183,4 +323,16 @@ fn main() {
     probe_route_find_large(&large);
     probe_route_scan_small(&small);
     probe_route_scan_large(&large);
+}
+
+fn main() {
+    let http = ["probe_api", "probe_layer", "probe_forward"];
+    match std::env::var("PROBE") {
+        Ok(step) if http.iter().any(|prefix| step.starts_with(prefix)) => http_probes(),
+        Ok(_) => part_probes(),
+        Err(_) => {
+            part_probes();
+            http_probes();
+        }
+    }
 }

@@ -9,17 +9,10 @@
 //! the measured path is the full one (decision, consumption, headers).
 
 use std::net::SocketAddr;
-use std::sync::Arc;
-use std::time::Duration;
 
 use axum::Router;
-use axum::routing::get;
-use sluicegate_core::{AlgorithmKind, MemoryStore, Policy};
-use sluicegate_middleware::{HeaderSet, RateLimitLayer, RateLimiter, RouteSpec};
-
-fn app() -> Router {
-    Router::new().route("/api/items", get(|| async { "ok" }))
-}
+use sluicegate_bench::apps::{layer_app, limited_app};
+use sluicegate_middleware::HeaderSet;
 
 async fn serve(app: Router, listener: tokio::net::TcpListener) -> std::io::Result<()> {
     axum::serve(
@@ -43,30 +36,16 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         Ok("none") => Vec::new(),
         _ => HeaderSet::DEFAULT.to_vec(),
     };
-    let limiter = RateLimiter::builder(Arc::new(MemoryStore::new(1_000_000)))
-        .policy(
-            Policy::builder(
-                "api",
-                AlgorithmKind::TokenBucket,
-                1_000_000_000,
-                Duration::from_secs(60),
-            )
-            .build()?,
-        )
-        .route(RouteSpec::new("/api", &["api"]))
-        .trusted_proxies(vec!["127.0.0.1/32".parse()?])
-        .headers(&header_sets)
-        .build()?;
     runtime.block_on(async move {
         let bare = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-        let limited = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let limited_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         println!(
             "bare={} limited={}",
             bare.local_addr()?,
-            limited.local_addr()?
+            limited_listener.local_addr()?
         );
-        let limited_app = app().layer(RateLimitLayer::new(limiter));
-        let (a, b) = tokio::join!(serve(app(), bare), serve(limited_app, limited));
+        let limited = limited_app(&header_sets);
+        let (a, b) = tokio::join!(serve(layer_app(), bare), serve(limited, limited_listener));
         a.and(b)
     })?;
     Ok(())

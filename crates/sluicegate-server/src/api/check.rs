@@ -1,11 +1,14 @@
 //! `POST /v1/check`: single, multi-policy and batch decisions.
 
+use std::borrow::Cow;
+use std::cell::LazyCell;
 use std::sync::Arc;
 
 use axum::Json;
+use axum::body::Body;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{FromRequest, State};
-use axum::http::HeaderMap;
+use axum::http::{HeaderMap, HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 use sluicegate_core::{CheckRequest, Policy, Verdict};
 
@@ -13,7 +16,7 @@ use super::error::ApiError;
 use super::types::{BatchBody, BatchEntry, BatchResponse, CheckBody, CheckResponse, PolicyNames};
 use super::{MAX_BATCH, MAX_BODY};
 use crate::state::{AppState, Runtime};
-use sluicegate_middleware::headers::write_headers;
+use sluicegate_middleware::headers::write_headers_cached;
 
 /// Decide (and, if admitted, consume) one request, or a batch of independent ones.
 ///
@@ -43,7 +46,7 @@ pub async fn check(
             ApiError::invalid(format!("cannot read the body: {}", e.body_text()))
         }
     })?;
-    let runtime = state.runtime();
+    let runtime = state.current();
     let body = match parse_body(&body)? {
         CheckInput::One(body) => body,
         CheckInput::Batch(batch) => {
@@ -60,9 +63,11 @@ pub async fn check(
     let Some(mut answer) = CheckResponse::from_verdict(&verdict, body.policy.is_list()) else {
         return Err(ApiError::invalid("the request names no policy"));
     };
-    let signer = state.signer(&runtime);
+    // Made only when a token is signed: with `reservation_secret` set, making one keys HMAC.
+    let signer = LazyCell::new(|| state.signer(&runtime));
     super::settle::attach(&signer, &runtime, &verdict, &body, &mut answer);
-    Ok(with_headers(&runtime, &verdict, answer))
+    let field = runtime.policy_field(&policies);
+    Ok(with_headers(&runtime, &verdict, field, &answer))
 }
 
 /// A parsed `/v1/check` body.
@@ -113,33 +118,59 @@ fn require_json(headers: &HeaderMap) -> Result<(), ApiError> {
     let Some(value) = headers.get(axum::http::header::CONTENT_TYPE) else {
         return Ok(());
     };
+    // Compared ignoring ASCII case in place: no lower-cased copy per request.
     let essence = value
-        .to_str()
-        .ok()
-        .and_then(|v| v.split(';').next())
-        .map(|v| v.trim().to_ascii_lowercase());
-    match essence.as_deref() {
-        Some("application/json") => Ok(()),
-        Some(ct) if ct.starts_with("application/") && ct.ends_with("+json") => Ok(()),
-        _ => Err(ApiError::invalid("expected Content-Type: application/json")),
+        .as_bytes()
+        .split(|b| *b == b';')
+        .next()
+        .unwrap_or_default();
+    let essence = essence.trim_ascii();
+    let starts = |prefix: &[u8]| {
+        essence
+            .get(..prefix.len())
+            .is_some_and(|p| p.eq_ignore_ascii_case(prefix))
+    };
+    let ends = |suffix: &[u8]| {
+        (essence.len() >= suffix.len())
+            && essence[essence.len() - suffix.len()..].eq_ignore_ascii_case(suffix)
+    };
+    if essence.eq_ignore_ascii_case(b"application/json")
+        || (starts(b"application/") && ends(b"+json"))
+    {
+        Ok(())
+    } else {
+        Err(ApiError::invalid("expected Content-Type: application/json"))
     }
 }
 
+/// The policies of one request: one borrowed from the configuration (no list to allocate,
+/// no reference to count), several in a list of their own.
+pub type Policies<'r> = Cow<'r, [Arc<Policy>]>;
+
 /// The loaded policies named in a request.
-pub fn resolve(runtime: &Runtime, names: &PolicyNames) -> Result<Vec<Arc<Policy>>, ApiError> {
-    let names = names.names();
-    if names.is_empty() {
-        return Err(ApiError::invalid("`policy` names no policy"));
-    }
+pub fn resolve<'r>(runtime: &'r Runtime, names: &PolicyNames) -> Result<Policies<'r>, ApiError> {
+    let names = match names {
+        PolicyNames::One(name) => {
+            return runtime
+                .policy(name)
+                .map(|policy| Cow::Borrowed(std::slice::from_ref(policy)))
+                .ok_or_else(|| ApiError::unknown_policy(name));
+        }
+        PolicyNames::Many(names) if names.is_empty() => {
+            return Err(ApiError::invalid("`policy` names no policy"));
+        }
+        PolicyNames::Many(names) => names,
+    };
     names
-        .into_iter()
+        .iter()
         .map(|name| {
             runtime
                 .policy(name)
                 .cloned()
                 .ok_or_else(|| ApiError::unknown_policy(name))
         })
-        .collect()
+        .collect::<Result<Vec<_>, _>>()
+        .map(Cow::Owned)
 }
 
 /// Asks the store; a failing store decides by each policy's `on_store_error`.
@@ -168,14 +199,32 @@ pub fn respond(runtime: &Runtime, verdict: &Verdict, list: bool) -> Response {
     let Some(body) = CheckResponse::from_verdict(verdict, list) else {
         return ApiError::invalid("the request names no policy").into_response();
     };
-    with_headers(runtime, verdict, body)
+    with_headers(runtime, verdict, None, &body)
 }
 
-/// `answer` as JSON with the rate-limit headers of `verdict`.
-fn with_headers(runtime: &Runtime, verdict: &Verdict, answer: CheckResponse) -> Response {
-    let mut response = Json(answer).into_response();
-    // Also `Retry-After` on a denial.
-    write_headers(&runtime.header_sets, verdict, response.headers_mut());
+/// `answer` as JSON with the rate-limit headers of `verdict` (and `Retry-After` on a
+/// denial); `policy_field` is the `RateLimit-Policy` value computed at load, when there is one.
+fn with_headers(
+    runtime: &Runtime,
+    verdict: &Verdict,
+    policy_field: Option<&HeaderValue>,
+    answer: &CheckResponse,
+) -> Response {
+    // One allocation each, sized for the usual answer and every header: neither the body
+    // nor the header map grows while it is written (a grown map is rehashed).
+    let mut json = Vec::with_capacity(256);
+    if serde_json::to_writer(&mut json, answer).is_err() {
+        // Strings and numbers always serialise; axum's own answer if they ever did not.
+        return Json(answer).into_response();
+    }
+    let mut headers = HeaderMap::with_capacity(runtime.header_sets.len() * 3 + 3);
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    write_headers_cached(&runtime.header_sets, verdict, policy_field, &mut headers);
+    let mut response = Response::new(Body::from(json));
+    *response.headers_mut() = headers;
     response
 }
 
@@ -192,7 +241,7 @@ async fn check_batch(
     }
     // Resolve and validate each entry; invalid ones answer with their error in place.
     let mut results: Vec<Option<BatchEntry>> = Vec::with_capacity(batch.requests.len());
-    let mut valid: Vec<(usize, Vec<Arc<Policy>>, CheckBody)> = Vec::new();
+    let mut valid: Vec<(usize, Policies<'_>, CheckBody)> = Vec::new();
     for (i, value) in batch.requests.into_iter().enumerate() {
         let parsed = parse_entry(value).and_then(|body| {
             if body.reserve {
@@ -219,7 +268,7 @@ async fn check_batch(
         .map(|(_, policies, body)| CheckRequest::new(policies, &body.key, body.cost))
         .collect();
     let decided = state.decider.check_batch(&requests).await;
-    let signer = state.signer(runtime);
+    let signer = LazyCell::new(|| state.signer(runtime));
     for ((i, _, body), decided) in valid.iter().zip(decided) {
         results[*i] = match decided {
             Ok(decided) => CheckResponse::from_verdict(&decided.verdict, body.policy.is_list())

@@ -3,6 +3,7 @@
 //! (the end of a request holding concurrency slots). The tokens are signed (see
 //! [`super::token`]); the rules of a settle are core's (`Algorithm::settle`).
 
+use std::cell::LazyCell;
 use std::sync::Arc;
 
 use axum::Json;
@@ -20,7 +21,7 @@ use crate::state::{AppState, Runtime};
 /// Adds the `lease` (an admitted decision on concurrency policies) and, when asked, the
 /// `reservation` to an answer.
 pub fn attach(
-    signer: &Signer,
+    signer: &LazyCell<Arc<Signer>, impl FnOnce() -> Arc<Signer>>,
     runtime: &Runtime,
     verdict: &Verdict,
     body: &CheckBody,
