@@ -122,10 +122,16 @@ http {
     uwsgi_temp_path $WORK/tmp/uwsgi;
     scgi_temp_path $WORK/tmp/scgi;
     limit_req_zone \$binary_remote_addr zone=bench:10m rate=100000000r/s;
-    upstream up { server 127.0.0.1:$P_UP; keepalive 64; }
+    # h2 runs CONN x STREAMS requests at once: keep that many upstream connections idle
+    # (nginx otherwise opens and closes the excess for every request).
+    upstream up { server 127.0.0.1:$P_UP; keepalive 1024; }
     ssl_certificate $WORK/gw.crt;
     ssl_certificate_key $WORK/gw.key;
     http2_max_concurrent_streams 200;
+    # nginx closes a connection after 1000 requests by default (h2load does not reconnect,
+    # and wrk's reconnects would cost nginx a TLS handshake each): keep connections, as
+    # sluicegate does.
+    keepalive_requests 100000000;
     server {
         listen 127.0.0.1:$P_NGX;
         listen 127.0.0.1:$P_NGXS ssl http2;
@@ -141,8 +147,8 @@ http {
 NGX
 
 "$REL/bench_peer" upstream "127.0.0.1:$P_UP" >/dev/null & PIDS+=($!)
-RUST_LOG=warn "$REL/sluicegate" serve --config "$WORK/plain.toml" >/dev/null & PID_SG=$!; PIDS+=($PID_SG)
-RUST_LOG=warn "$REL/sluicegate" serve --config "$WORK/tls.toml" >/dev/null & PID_SGS=$!; PIDS+=($PID_SGS)
+RUST_LOG=warn "$REL/sluicegate" serve --config "$WORK/plain.toml" >/dev/null 2>"$WORK/plain.log" & PID_SG=$!; PIDS+=($PID_SG)
+RUST_LOG=warn "$REL/sluicegate" serve --config "$WORK/tls.toml" >/dev/null 2>"$WORK/tls.log" & PID_SGS=$!; PIDS+=($PID_SGS)
 "$NGINX" -p "$WORK" -c "$WORK/nginx.conf" -e "$WORK/error.log" & PID_NGX=$!; PIDS+=($PID_NGX)
 for p in $P_UP $P_GW $P_GWS $P_NGX $P_NGXS $P_NGX2C; do wait_port "$p"; done
 

@@ -22,6 +22,7 @@
 //! first request's `header_read_timeout`, so a client that opens TCP and never finishes
 //! the handshake is closed like one that never finishes its head.
 
+use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
 use std::pin::Pin;
@@ -33,6 +34,7 @@ use std::time::{Duration, Instant};
 use axum::Router;
 use axum::body::Body;
 use axum::extract::ConnectInfo;
+use axum::response::Response;
 use bytes::Bytes;
 use http_body::{Body as HttpBody, Frame, SizeHint};
 use hyper::body::Incoming;
@@ -52,13 +54,42 @@ pub fn permits(limits: &ConnectionLimits) -> Arc<Semaphore> {
     ))
 }
 
+/// What answers the requests of a connection: the API's axum [`Router`], or the gateway,
+/// which answers from hyper's request directly (no router, no extractors: it has one
+/// handler, and each step saved there is a step saved on every proxied request).
+pub trait App: Clone + Send + 'static {
+    /// The response to `request`, which came from `peer`.
+    fn call(
+        &self,
+        request: hyper::Request<Incoming>,
+        peer: SocketAddr,
+    ) -> impl Future<Output = Response<Body>> + Send + 'static + use<Self>;
+}
+
+impl App for Router {
+    fn call(
+        &self,
+        mut request: hyper::Request<Incoming>,
+        peer: SocketAddr,
+    ) -> impl Future<Output = Response<Body>> + Send + 'static + use<> {
+        request.extensions_mut().insert(ConnectInfo(peer));
+        let response = self.clone().oneshot(request.map(Body::new));
+        async move {
+            match response.await {
+                Ok(response) => response,
+                Err(infallible) => match infallible {},
+            }
+        }
+    }
+}
+
 /// Accepts connections on `listener` and serves `app` on each (HTTP/1.1 and HTTP/2,
 /// upgrades allowed; over TLS when `tls` is given) within `limits`, until `stop` turns
 /// true; then stops accepting and waits for the connections in progress to finish (the
 /// caller bounds that wait).
 pub async fn serve(
     listener: TcpListener,
-    app: Router,
+    app: impl App,
     limits: ConnectionLimits,
     permits: Arc<Semaphore>,
     tls: Option<tokio_rustls::TlsAcceptor>,
@@ -126,7 +157,7 @@ pub async fn accept(
 async fn served<T>(
     io: Metered<T>,
     peer: SocketAddr,
-    app: Router,
+    app: impl App,
     tls: Option<tokio_rustls::TlsAcceptor>,
     watcher: hyper_util::server::graceful::Watcher,
 ) where
@@ -186,7 +217,7 @@ pub struct Secure;
 fn connection<I>(
     io: I,
     peer: SocketAddr,
-    app: Router,
+    app: impl App,
     activity: &Arc<Activity>,
     secure: bool,
 ) -> impl hyper_util::server::graceful::GracefulConnection + Send + 'static
@@ -197,14 +228,13 @@ where
     let service = hyper::service::service_fn({
         let activity = Arc::clone(activity);
         move |mut request: hyper::Request<Incoming>| {
-            request.extensions_mut().insert(ConnectInfo(peer));
             if secure {
                 request.extensions_mut().insert(Secure);
             }
             let guard = activity.request_started();
-            let response = app.clone().oneshot(request.map(Body::new));
+            let response = app.call(request, peer);
             async move {
-                let response = response.await?;
+                let response = response.await;
                 // The request counts as in progress until its response body is done.
                 Ok::<_, std::convert::Infallible>(response.map(|body| {
                     Body::new(Tracked {

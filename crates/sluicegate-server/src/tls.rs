@@ -8,8 +8,10 @@
 //! resolver reads the running configuration at each handshake, so a reload (a new
 //! certificate) applies to the next connection, and open ones keep theirs.
 //!
-//! rustls is built with the `ring` provider only (the workspace's choice for `rediss://`),
-//! so `ServerConfig::builder()` and `ClientConfig::builder()` use it without being told.
+//! rustls is built with the `ring` provider only (the workspace's choice for `rediss://`);
+//! it is also installed as the process's default before any configuration is built (as the
+//! Redis store does), so `ServerConfig::builder()` and `ClientConfig::builder()` cannot find
+//! two providers and refuse should another dependency ever compile in aws-lc-rs.
 
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::path::{Path, PathBuf};
@@ -219,11 +221,17 @@ fn private_key(path: &Path, pem: &[u8]) -> Result<PrivateKeyDer<'static>, TlsFil
 /// The listener's rustls configuration: HTTP/2 and HTTP/1.1 offered by ALPN (h2 first, as
 /// browsers and curl expect), the certificate of the running configuration.
 pub fn server_config(state: AppState) -> Arc<rustls::ServerConfig> {
+    ring_by_default();
     let mut config = rustls::ServerConfig::builder()
         .with_no_client_auth()
         .with_cert_resolver(Arc::new(RunningCert(state)));
     config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     Arc::new(config)
+}
+
+/// Makes *ring* the process's crypto provider unless one is installed already.
+fn ring_by_default() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
 }
 
 /// Resolves every handshake to the running configuration's certificate.
@@ -248,6 +256,7 @@ impl rustls::server::ResolvesServerCert for RunningCert {
 /// gateway on a system without any must not warn). No ALPN here: the connector offers
 /// HTTP/1.1 itself.
 pub fn upstream_client_config(ca: Option<&UpstreamCa>, https: bool) -> rustls::ClientConfig {
+    ring_by_default();
     let roots = match ca {
         Some(ca) => Arc::clone(&ca.roots),
         None if https => system_roots(),

@@ -233,6 +233,73 @@ upstream = "{upstream}"
     }
 }
 
+/// A quiet tunnel is closed after `idle_timeout` (no byte either way), and its lease and
+/// connection slot go with it; a tunnel in use is not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_websocket_is_closed_and_frees_its_lease() {
+    let (upstream, _) = ws_upstream().await;
+    let dir = tempfile::tempdir().unwrap();
+    let server = start(
+        dir.path(),
+        &format!(
+            r#"
+[server]
+listen = "127.0.0.1:0"
+idle_timeout = "2s"
+max_connections = 1
+
+[[policies]]
+name = "live"
+algorithm = "concurrency"
+limit = 1
+lease = "10m"
+
+[[routes]]
+path = "/live"
+policies = ["live"]
+
+[gateway]
+listen = "127.0.0.1:0"
+upstream = "{upstream}"
+upstream_timeout = "1s"
+"#
+        ),
+    );
+    let url = format!("ws://{}/live", server.gateway.unwrap());
+    let (mut ws, _) = tokio_tungstenite::connect_async(&url).await.unwrap();
+    assert_eq!(ws.next().await.unwrap().unwrap(), Message::text("hello"));
+    // Busy for longer than idle_timeout in all: still open.
+    let started = Instant::now();
+    while started.elapsed() < Duration::from_secs(3) {
+        ws.send(Message::text("tick")).await.unwrap();
+        assert_eq!(ws.next().await.unwrap().unwrap(), Message::text("tick"));
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    // Then quiet: the gateway closes it (awaited; the outer timeout only guards a hang).
+    let closed = tokio::time::timeout(Duration::from_secs(60), async {
+        loop {
+            match ws.next().await {
+                None | Some(Err(_)) => return,
+                Some(Ok(_)) => {}
+            }
+        }
+    })
+    .await;
+    assert!(closed.is_ok(), "the idle tunnel was never closed");
+    // Its lease and its max_connections slot (1) are free again (with one slot for two
+    // workers, a shared budget could hand the slot to the worker the kernel did not queue
+    // this connection on: the handshake would never be answered).
+    let again = tokio::time::timeout(
+        Duration::from_secs(20),
+        tokio_tungstenite::connect_async(&url),
+    )
+    .await;
+    let (mut again, _) = again
+        .unwrap_or_else(|_| panic!("no second handshake: {}", server.log()))
+        .unwrap();
+    assert_eq!(again.next().await.unwrap().unwrap(), Message::text("hello"));
+}
+
 /// An upstream over TLS with a certificate of `ca`, answering with the protocol it was
 /// reached by and what `X-Forwarded-Proto` said.
 async fn tls_upstream(ca: &TestCa) -> SocketAddr {

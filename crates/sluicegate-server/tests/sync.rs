@@ -82,6 +82,21 @@ period = "1d"
         .await;
     }
 
+    // Exchanges are counted; decisions are timed under the store's name.
+    let metrics = client
+        .get(a.url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains("sluicegate_store_sync_total{result=\"ok\"}"),
+        "{metrics}"
+    );
+    assert!(metrics.contains("store=\"redis-sync\""), "{metrics}");
+
     // Racing: 240 requests at once, half on each. At least the limit (no under-admission)
     // and at most N × limit = 80 (each server within the limit by itself).
     let mut tasks = tokio::task::JoinSet::new();
