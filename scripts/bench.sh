@@ -52,14 +52,19 @@ for group in "${CHOSEN[@]}"; do
   fi
   echo "== $group: $script ${QUICK[*]} ${HTTP_PARTS[*]}" >&2
   # Each script's own way to be quick: bench-core.sh skips callgrind, bench-redis.sh takes
-  # seconds per round and rounds.
+  # seconds per round and rounds, bench-gateway.sh duration, connections and rounds.
   args=()
   if [ ${#QUICK[@]} -gt 0 ]; then
     case $group in
       core) args=(--no-callgrind) ;;
       redis) args=(1 3) ;;
+      gateway) args=(2s 32 2) ;;
       *) args=(--quick) ;;
     esac
+  fi
+  # bench-gateway.sh runs the release binaries as they are: build them first.
+  if [ "$group" = gateway ]; then
+    cargo build -q --release -p sluicegate-server --bin sluicegate -p sluicegate-bench --bin bench_peer
   fi
   [ "$group" = http ] && args+=("${HTTP_PARTS[@]}")
   # A failing comparison is reported in the table, not hidden, and the others still run.

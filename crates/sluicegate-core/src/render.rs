@@ -418,12 +418,15 @@ impl RejectionBody {
 pub const FORBIDDEN_BODY: &str =
     r#"{"error":"forbidden","message":"this client is not allowed to use this service"}"#;
 
-/// `Content-Type` of both bodies.
-pub const JSON: Value = Value::Static("application/json");
+/// The media type of both bodies.
+pub const JSON_TYPE: &str = "application/json";
+
+/// `Content-Type` of both bodies, as a header value.
+pub const JSON: Value = Value::Static(JSON_TYPE);
 
 /// `Cache-Control` of a 429 and a 403: RFC 6585 says a 429 must not be cached, and the
 /// access lists change with the configuration.
-pub const NO_STORE: Value = Value::Static("no-store");
+pub const NO_STORE: &str = "no-store";
 
 #[cfg(test)]
 mod tests {

@@ -155,9 +155,12 @@ pub fn json_response(status: StatusCode, body: Bytes) -> Response<Full<Bytes>> {
     let headers = response.headers_mut();
     headers.insert(
         header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
+        HeaderValue::from_static(render::JSON_TYPE),
     );
-    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    headers.insert(
+        header::CACHE_CONTROL,
+        HeaderValue::from_static(render::NO_STORE),
+    );
     response
 }
 
