@@ -8,7 +8,9 @@
 //!
 //! - no request yet: the head must be complete `header_read_timeout` after the accept;
 //! - between requests: idle for at most `idle_timeout`; once the next request's first byte
-//!   arrives, its head must be complete within `header_read_timeout`;
+//!   arrives, its head must be complete within `header_read_timeout` (HTTP/1 only: on an
+//!   HTTP/2 connection the bytes between streams are PINGs, SETTINGS and window updates,
+//!   not a request head, so after its first request only `idle_timeout` applies);
 //! - a request in progress (reading its body, writing the response): closed after
 //!   `idle_timeout` with no traffic either way (a stalled upload or a client that stops
 //!   reading). Waits on our side (delay mode, the upstream) are bounded by their own
@@ -232,6 +234,9 @@ where
                 request.extensions_mut().insert(Secure);
             }
             let guard = activity.request_started();
+            if request.version() == http::Version::HTTP_2 {
+                activity.multiplexed.store(true, Ordering::Relaxed);
+            }
             let response = app.call(request, peer);
             async move {
                 let response = response.await;
@@ -259,6 +264,8 @@ struct Activity {
     idle_since: AtomicU64,
     in_flight: AtomicUsize,
     served: AtomicBool,
+    /// An HTTP/2 connection: bytes read between streams start no request head.
+    multiplexed: AtomicBool,
 }
 
 impl Activity {
@@ -270,6 +277,7 @@ impl Activity {
             idle_since: AtomicU64::new(0),
             in_flight: AtomicUsize::new(0),
             served: AtomicBool::new(false),
+            multiplexed: AtomicBool::new(false),
         }
     }
 
@@ -280,7 +288,8 @@ impl Activity {
     fn read(&self) {
         let now = self.now();
         self.last_io.store(now, Ordering::Relaxed);
-        if self.in_flight.load(Ordering::Relaxed) == 0 {
+        if self.in_flight.load(Ordering::Relaxed) == 0 && !self.multiplexed.load(Ordering::Relaxed)
+        {
             let _ =
                 self.first_byte
                     .compare_exchange(0, now + 1, Ordering::Relaxed, Ordering::Relaxed);

@@ -479,6 +479,54 @@ async fn h2c_streams_are_each_decided() {
     assert!(body.contains("ratelimit-remaining: 2"), "{body}");
 }
 
+/// An HTTP/2 client that keeps its connection alive with PINGs between requests is not
+/// cut at `header_read_timeout`: on HTTP/2 the bytes between streams start no request head,
+/// so only `idle_timeout` applies once the first request is served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_h2_connection_pinging_between_requests_outlives_the_header_deadline() {
+    let upstream = http::serve(Router::new().fallback(|| async { "ok" })).await;
+    let dir = tempfile::tempdir().unwrap();
+    let server = start(
+        dir.path(),
+        &format!(
+            "{LIMITED}\n[server]\nheader_read_timeout = \"1s\"\nidle_timeout = \"60s\"\n\
+             [gateway]\nlisten = \"127.0.0.1:0\"\nupstream = \"{upstream}\"\n"
+        ),
+    );
+    let gateway = server.gateway.unwrap();
+    let tcp = tokio::net::TcpStream::connect(gateway).await.unwrap();
+    let (mut sender, connection) = hyper::client::conn::http2::Builder::new(TokioExecutor::new())
+        .timer(hyper_util::rt::TokioTimer::new())
+        .keep_alive_interval(Duration::from_millis(200))
+        .keep_alive_while_idle(true)
+        .handshake(TokioIo::new(tcp))
+        .await
+        .unwrap();
+    let closed = tokio::spawn(connection);
+    let get = || {
+        hyper::Request::get(format!("http://{gateway}/plain"))
+            .body(Empty::<Bytes>::new())
+            .unwrap()
+    };
+    let first = sender.send_request(get()).await.unwrap();
+    assert_eq!(first.status(), 200);
+    // Idle, PINGing every 200 ms, for more than twice the header deadline.
+    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    assert!(
+        !closed.is_finished(),
+        "the connection was closed while idle"
+    );
+    let second = sender.send_request(get()).await;
+    assert_eq!(
+        second
+            .map(|r| r.status().as_u16())
+            .map_err(|e| e.to_string()),
+        Ok(200),
+        "{}",
+        server.log()
+    );
+}
+
 struct TlsGateway {
     server: Sluicegate,
     dir: tempfile::TempDir,
