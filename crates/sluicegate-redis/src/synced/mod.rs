@@ -270,18 +270,33 @@ impl Synced {
     /// refreshed by the last exchange.
     async fn check(&self, items: &[Item<'_>]) -> Result<Verdict, StoreError> {
         let now = self.clock.now();
-        let loaded = self.load_stale(items, now).await;
-        self.decide_locked(items, &loaded, now)
+        let loaded = self.load_stale(items, now, false).await;
+        if let Some(verdict) = self.decide_locked(items, &loaded, now)? {
+            return Ok(verdict);
+        }
+        // An entry evicted between the freshness check and the decision: deciding on no
+        // entry would count from zero and forget the fleet's count, so read every item.
+        let loaded = self.load_stale(items, now, true).await;
+        self.decide_locked(items, &loaded, now)?
+            .ok_or_else(|| StoreError::Internal("store.sync: a read entry vanished".into()))
     }
 
     /// For each item whose local state is missing or older than the last exchange, the
     /// fleet's counts read now (`Some`; empty when Redis did not answer: it then decides
     /// from what it has, as in an outage).
-    async fn load_stale(&self, items: &[Item<'_>], now: Micros) -> Vec<Option<Vec<(u64, u64)>>> {
+    async fn load_stale(
+        &self,
+        items: &[Item<'_>],
+        now: Micros,
+        all: bool,
+    ) -> Vec<Option<Vec<(u64, u64)>>> {
         let completed = self.completed.load(Ordering::Acquire);
         let stale: Vec<usize> = (0..items.len())
             .filter(|&i| {
                 let item = &items[i];
+                if all {
+                    return true;
+                }
                 let shard = self.shards[item.shard].lock();
                 shard
                     .map
@@ -329,13 +344,14 @@ impl Synced {
     }
 
     /// Locks the items' shards (in shard order, so concurrent requests cannot deadlock)
-    /// and decides.
+    /// and decides. `None`: an item that was not read has no entry any more (evicted
+    /// since `load_stale`); read every item and decide again.
     fn decide_locked(
         &self,
         items: &[Item<'_>],
         loaded: &[Option<Vec<(u64, u64)>>],
         now: Micros,
-    ) -> Result<Verdict, StoreError> {
+    ) -> Result<Option<Verdict>, StoreError> {
         let mut order: Vec<usize> = items.iter().map(|i| i.shard).collect();
         order.sort_unstable();
         order.dedup();
@@ -343,6 +359,12 @@ impl Synced {
             order.iter().map(|&s| self.shards[s].lock()).collect();
         let at = |shard: usize| order.partition_point(|&s| s < shard);
         let completed = self.completed.load(Ordering::Acquire);
+        let evicted = items.iter().zip(loaded).any(|(item, counts)| {
+            counts.is_none() && !guards[at(item.shard)].map.contains_key(&item.base)
+        });
+        if evicted {
+            return Ok(None);
+        }
         let mut reads: Vec<Option<Entry>> = vec![None; items.len()];
         for (i, item) in items.iter().enumerate() {
             if let Some(counts) = &loaded[i] {
@@ -383,7 +405,7 @@ impl Synced {
             let shard = &mut guards[at(item.shard)];
             self.record(shard, item, verdict.consumes(i), now, completed)?;
         }
-        Ok(verdict)
+        Ok(Some(verdict))
     }
 
     /// Counts an admission (or marks a read) in the item's entry.
@@ -400,7 +422,7 @@ impl Synced {
             if !admitted {
                 return Ok(());
             }
-            // Evicted between reading and deciding: its count starts here.
+            // Evicted by another item of this request making room in the shard.
             if !shard.room(now) {
                 return Err(full());
             }

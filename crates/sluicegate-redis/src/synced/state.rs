@@ -141,12 +141,20 @@ impl Entry {
 
     /// Takes the fleet's `counts` read outside an exchange (a key seen again after a
     /// round it was not part of), keeping what this instance has not sent.
+    ///
+    /// The read raced with exchanges, so it is merged, not assigned. A shared count only
+    /// grows within its window, so a read lower than `global` was taken before an exchange
+    /// this entry has already applied: assigning it would forget admissions this instance
+    /// sent (and let it admit past the limit by itself). A read taken while an exchange is
+    /// in flight may or may not include what is `sending`; subtracting it never counts
+    /// this instance's admissions twice, and the maximum keeps what is already known.
     pub(crate) fn refresh(&mut self, counts: &[(u64, u64)], round: u64) -> u64 {
         let mut dropped = 0;
         for &(index, total) in counts {
             let (slot, lost) = self.slot(index);
             dropped += lost;
-            self.windows[slot].global = total;
+            let w = &mut self.windows[slot];
+            w.global = w.global.max(total.saturating_sub(w.sending));
         }
         self.round = round;
         dropped
@@ -365,6 +373,33 @@ mod tests {
                 delta: 1
             }]
         );
+    }
+
+    #[test]
+    fn a_read_racing_an_exchange_neither_forgets_nor_doubles() {
+        let p = policy(AlgorithmKind::FixedWindow);
+        let now = 100 * S;
+        let mut e = Entry::new(&p, now, &[(100, 0)], 0);
+        e.admit(now, 6);
+        let (carried, _) = e.take(now);
+        e.apply(100, carried[0].delta, 6, 1);
+        // A read issued before that exchange answers after it: 0, not 6.
+        e.refresh(&[(100, 0)], 1);
+        assert_eq!(e.count(100), 6, "the sent admissions stay counted");
+        // A read taken after the next exchange's INCRBY, applied before its answer.
+        e.admit(now, 2);
+        let (carried, _) = e.take(now);
+        e.refresh(&[(100, 9)], 1); // 6 + our 2 + 1 from another instance
+        assert_eq!(e.count(100), 9, "our 2 in flight are not counted twice");
+        e.apply(100, carried[0].delta, 9, 2);
+        assert_eq!(e.count(100), 9);
+        // A read from before that INCRBY: 7 (6 + the other's 1) without our 2.
+        e.admit(now, 1);
+        let (carried, _) = e.take(now);
+        e.refresh(&[(100, 7)], 2);
+        assert_eq!(e.count(100), 10, "9 known + 1 in flight");
+        e.restore(100, carried[0].delta);
+        assert_eq!(e.count(100), 10);
     }
 
     #[test]
