@@ -323,21 +323,66 @@ impl Drop for GiveBackBody {
 mod tests {
     use super::*;
 
-    #[test]
-    fn made_for_follows_the_upstream() {
-        let config = |upstream: &str| GatewayConfig {
+    fn config(upstream: &str) -> GatewayConfig {
+        GatewayConfig {
             listen: "127.0.0.1:0".parse().unwrap(),
             upstream: upstream.parse().unwrap(),
             upstream_timeout: Duration::from_secs(1),
             tls: None,
             upstream_ca: None,
-        };
+        }
+    }
+
+    #[test]
+    fn made_for_follows_the_upstream() {
         let a = config("http://127.0.0.1:3000");
         let made = MadeFor::of(Some(&a));
         assert!(made.matches(&a));
         assert!(!made.matches(&config("http://127.0.0.1:3001")));
         assert!(!made.matches(&config("https://127.0.0.1:3000")));
-        let upstream = Upstream::new(Some(&a));
+    }
+
+    /// A real listener that accepts connections and holds them (an HTTP/1.1 handshake
+    /// needs no answer).
+    async fn holding_listener() -> std::net::SocketAddr {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            let mut held = Vec::new();
+            while let Ok((socket, _)) = listener.accept().await {
+                held.push(socket);
+            }
+        });
+        addr
+    }
+
+    #[tokio::test]
+    async fn idle_connections_are_bounded_and_a_reload_drops_them() {
+        let addr = holding_listener().await;
+        let running = config(&format!("http://{addr}"));
+        let upstream = Upstream::new(Some(&running));
+        let mut open = Vec::new();
+        for _ in 0..MAX_IDLE + 5 {
+            let connector = upstream.lock().connector.clone();
+            let mut pooled = upstream
+                .connect(connector, &running.upstream)
+                .await
+                .unwrap();
+            pooled.sender.ready().await.unwrap();
+            open.push(pooled);
+        }
+        for pooled in open {
+            upstream.give_back(pooled);
+        }
+        assert_eq!(upstream.idle(), MAX_IDLE);
+        let taken = upstream.checkout(&running).ok().unwrap();
+        assert_eq!(upstream.idle(), MAX_IDLE - 1);
+
+        // Another upstream: the idle connections go, and one of the old pool is not taken back.
+        let other = config(&format!("http://{}", holding_listener().await));
+        assert!(upstream.checkout(&other).is_err());
+        assert_eq!(upstream.idle(), 0);
+        upstream.give_back(taken);
         assert_eq!(upstream.idle(), 0);
     }
 }
