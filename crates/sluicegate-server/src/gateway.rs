@@ -302,18 +302,37 @@ async fn proxy(Gateway(gateway): Gateway, peer: SocketAddr, mut request: Request
             limits,
         );
     }
+    pass_on(
+        &gateway.upstream,
+        response,
+        pooled,
+        decision.as_ref(),
+        (guard, permit),
+    )
+}
+
+/// The upstream's response as the client gets it: hop-by-hop headers removed, the rate-limit
+/// headers added, its body holding what the request was admitted with until it ends; the
+/// connection goes back to the pool when hyper is done with it.
+fn pass_on(
+    upstream: &Arc<Upstream>,
+    response: hyper::Response<hyper::body::Incoming>,
+    pooled: crate::upstream::Pooled,
+    decision: Option<&RateLimitDecision>,
+    (guard, permit): (Option<LeaseGuard>, Option<PoolPermit>),
+) -> Response {
     let (mut parts, body) = response.into_parts();
     // Usually hyper has read the whole response off the connection by now, and it is ready
     // for the next request; otherwise it goes back when the body has been read.
     let body = if pooled.is_ready() {
-        gateway.upstream.give_back(pooled);
+        upstream.give_back(pooled);
         Body::new(body)
     } else {
-        Body::new(GiveBackBody::new(body, pooled, gateway.upstream.clone()))
+        Body::new(GiveBackBody::new(body, pooled, upstream.clone()))
     };
     strip_hop_by_hop(&mut parts.headers);
     let mut tap = None;
-    if let Some(decision) = &decision {
+    if let Some(decision) = decision {
         decision.write_headers(&mut parts.headers);
         // The route's `settle` and `count`: from the head now, or from the body as it passes.
         tap = decision
