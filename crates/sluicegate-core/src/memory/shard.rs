@@ -162,12 +162,7 @@ impl StoreShard {
     /// the new numbers here, keys with an override excepted (they keep theirs). `None` when
     /// `r` is stale: its policy was replaced by a reload while this request was on its way;
     /// such a request is decided on a fresh state and changes nothing.
-    fn table(
-        &mut self,
-        r: &PolicyRef,
-        policy: &Policy,
-        now: Micros,
-    ) -> Option<&mut AnyTable> {
+    fn table(&mut self, r: &PolicyRef, policy: &Policy, now: Micros) -> Option<&mut AnyTable> {
         if self.tables.len() <= r.index {
             self.tables.resize_with(r.index + 1, || None);
         }
