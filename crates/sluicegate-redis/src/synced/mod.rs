@@ -285,6 +285,11 @@ impl Synced {
     /// refreshed by the last exchange.
     async fn check(&self, items: &[Item<'_>]) -> Result<Verdict, StoreError> {
         let now = self.clock.now();
+        if let [item] = items
+            && let Some(verdict) = self.decide_fresh(item, now)
+        {
+            return verdict;
+        }
         let loaded = self.load_stale(items, now, false).await;
         if let Some(verdict) = self.decide_locked(items, &loaded, now)? {
             return Ok(verdict);
@@ -294,6 +299,27 @@ impl Synced {
         let loaded = self.load_stale(items, now, true).await;
         self.decide_locked(items, &loaded, now)?
             .ok_or_else(|| StoreError::Internal("store.sync: a read entry vanished".into()))
+    }
+
+    /// The common case, one item whose entry is fresh, decided under one lock and one
+    /// lookup; `None` (nothing done) when the entry is missing or stale. The same rule as
+    /// [`Synced::decide_locked`] with nothing to read.
+    fn decide_fresh(&self, item: &Item<'_>, now: Micros) -> Option<Result<Verdict, StoreError>> {
+        let mut shard = self.shards[item.shard].lock();
+        // Read under the lock: an exchange applies a shard's answers under its lock before
+        // it counts the round as completed, so a fresh entry is never seen as stale here.
+        let completed = self.completed.load(Ordering::Acquire);
+        let entry = shard.map.get(&item.base)?;
+        if entry.round < completed || entry.period != item.policy.period() {
+            return None;
+        }
+        let decision = decide(item.policy, Some(entry), now, item.cost);
+        let mut verdict = Verdict::combine(vec![(Arc::clone(item.policy), decision, item.cost)]);
+        verdict.at = now;
+        Some(
+            self.record(&mut shard, item, verdict.consumes(0), now, completed)
+                .map(|()| verdict),
+        )
     }
 
     /// For each item whose local state is missing or older than the last exchange, the
