@@ -224,7 +224,10 @@ async fn cold_keys_are_read_together_and_exchanged_in_one_call() {
         .map(|key| b.check(CheckRequest::new(&p, key, 1)));
     let verdicts = futures_util::future::join_all(checks).await;
     let mgets = mget_calls(&server) - before;
-    assert!(mgets * 10 <= keys.len() as u64, "{mgets} MGETs for 300 cold keys");
+    assert!(
+        mgets * 10 <= keys.len() as u64,
+        "{mgets} MGETs for 300 cold keys"
+    );
     for (i, verdict) in verdicts.into_iter().enumerate() {
         let remaining = verdict.unwrap().decisions[0].decision.remaining;
         assert_eq!(remaining, limit - i as u64 % 7 - 1, "{}", keys[i]);
@@ -242,7 +245,11 @@ async fn cold_keys_are_read_together_and_exchanged_in_one_call() {
         assert_eq!(redis_count(&server, &a, &p[0], key), expected, "{key}");
         for store in [&a, &b] {
             let read = store.check(CheckRequest::new(&p, key, 0)).await.unwrap();
-            assert_eq!(read.decisions[0].decision.remaining, limit - expected, "{key}");
+            assert_eq!(
+                read.decisions[0].decision.remaining,
+                limit - expected,
+                "{key}"
+            );
         }
     }
 }

@@ -38,8 +38,8 @@ use std::time::Duration;
 
 use futures_util::future::join_all;
 use parking_lot::{Mutex, MutexGuard};
-use redis::{ErrorKind, Script, ServerErrorKind};
 use redis::cluster_routing::Slot;
+use redis::{ErrorKind, Script, ServerErrorKind};
 use sluicegate_core::store::check_key;
 use sluicegate_core::{
     BoxFuture, CheckRequest, Clock, KeyedCheck, Micros, Policy, Store, StoreError, SystemClock,

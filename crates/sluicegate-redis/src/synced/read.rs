@@ -86,7 +86,9 @@ impl Synced {
             .redis
             .inner()
             .link
-            .run(move |mut conn| async move { cmd.query_async::<Vec<Option<u64>>>(&mut conn).await })
+            .run(
+                move |mut conn| async move { cmd.query_async::<Vec<Option<u64>>>(&mut conn).await },
+            )
             .await;
         let expected: usize = jobs.iter().map(|j| j.keys.len()).sum();
         let mut values = match reply {
