@@ -40,7 +40,8 @@ pub(crate) fn escape_into(out: &mut String, key: &str) {
     out.push_str(key.get(start..).unwrap_or_default());
 }
 
-/// The short algorithm name in a key's tag.
+/// The short algorithm name in a key's tag. Always two characters: the entry script finds
+/// a state's override key by cutting them off (`entry.lua`).
 fn algorithm_tag(kind: AlgorithmKind) -> &'static str {
     match kind {
         AlgorithmKind::FixedWindow => "fw",
@@ -258,6 +259,22 @@ mod tests {
         assert_ne!(
             state_key("sg", "k", &policy(5)),
             state_key("sg", "k", &other)
+        );
+    }
+
+    #[test]
+    fn tags_are_two_characters_as_the_script_assumes() {
+        for kind in AlgorithmKind::ALL
+            .into_iter()
+            .chain([AlgorithmKind::Concurrency])
+        {
+            assert_eq!(algorithm_tag(kind).len(), 2, "{kind:?}");
+        }
+        let state = state_key("sg", "k", &policy(5));
+        let cut = &state[..state.len() - 2];
+        assert_eq!(
+            format!("{cut}override"),
+            override_key("sg", "k", &policy(5))
         );
     }
 }
