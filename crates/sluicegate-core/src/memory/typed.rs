@@ -1,7 +1,12 @@
 //! [`TypedTable`]: one policy's [`RawTable`] together with its algorithm, behind the
-//! object-safe [`PolicyTable`] so that one store shard can hold every policy's states.
+//! object-safe [`PolicyTable`], and [`AnyTable`], any of them by value, so that one store
+//! shard can hold every policy's states.
 
-use crate::algorithm::{Admitted, Algorithm, Quota};
+use crate::AlgorithmKind;
+use crate::algorithm::{
+    Admitted, Algorithm, Concurrency, FixedWindow, Gcra, LeakyBucket, Quota, SlidingLog,
+    SlidingWindow, TokenBucket,
+};
 use crate::clock::Micros;
 use crate::decision::Decision;
 use crate::policy::Policy;
@@ -23,11 +28,12 @@ pub(crate) trait PolicyTable: Send {
     ) -> Decision;
     /// [`PolicyTable::evaluate`] then, if admitted with a cost, [`PolicyTable::commit`],
     /// under the table's own numbers with one probe of the key, then
-    /// [`PolicyTable::sweep`]: the one-policy path, in one call. Returns the decision,
-    /// whether `fp` was inserted and how many expired entries the sweep dropped; `None`,
-    /// having changed nothing, when `fp` is new, must be inserted and there is no `room`
-    /// (the caller makes room first, on the general path).
-    fn check(&mut self, fp: Fingerprint, c: OneCheck<'_>) -> Option<(Decision, bool, usize)>;
+    /// [`PolicyTable::sweep`]: the one-policy path, in one call. Returns the decision and
+    /// keeps `count` (the shard's states) for an insertion and what the sweep dropped
+    /// (a small return value, not a tuple through memory); `None`, having changed
+    /// nothing, when `fp` is new, must be inserted and there is no `room` (the caller
+    /// makes room first, on the general path).
+    fn check(&mut self, fp: Fingerprint, c: OneCheck<'_>, count: &mut usize) -> Option<Decision>;
     /// Whether `fp` is tracked.
     fn contains(&mut self, fp: Fingerprint) -> bool;
     /// Consumes `cost` (> 0) for `fp`, inserting it if new; returns whether it was inserted.
@@ -144,10 +150,76 @@ macro_rules! alg_for {
     };
 }
 
-/// A boxed table for `policy`'s algorithm, holding at most `max_len` entries.
-pub(crate) fn table_for(policy: &Policy, max_len: usize) -> Box<dyn PolicyTable> {
-    crate::with_algorithm!(policy, |alg| Box::new(TypedTable::new(alg, max_len))
-        as Box<dyn PolicyTable>)
+/// One policy's table held by value, whatever its algorithm: a shard holds these, not
+/// `Box<dyn PolicyTable>`, so that a decision reaches the cells with one load fewer (the
+/// box) and the one-policy check ([`AnyTable::check`]) is a branch on the algorithm and
+/// an inlined call, not an indirect one. The rarer operations go through
+/// [`PolicyTable`] as a trait object (`Deref`), written once for every algorithm.
+pub(crate) enum AnyTable {
+    FixedWindow(TypedTable<FixedWindow>),
+    SlidingLog(TypedTable<SlidingLog>),
+    SlidingWindow(TypedTable<SlidingWindow>),
+    TokenBucket(TypedTable<TokenBucket>),
+    LeakyBucket(TypedTable<LeakyBucket>),
+    Gcra(TypedTable<Gcra>),
+    Concurrency(TypedTable<Concurrency>),
+}
+
+/// `$body` with `$t` bound to the typed table inside `$table` (an [`AnyTable`]).
+macro_rules! each_table {
+    ($table:expr, |$t:ident| $body:expr) => {
+        match $table {
+            AnyTable::FixedWindow($t) => $body,
+            AnyTable::SlidingLog($t) => $body,
+            AnyTable::SlidingWindow($t) => $body,
+            AnyTable::TokenBucket($t) => $body,
+            AnyTable::LeakyBucket($t) => $body,
+            AnyTable::Gcra($t) => $body,
+            AnyTable::Concurrency($t) => $body,
+        }
+    };
+}
+
+impl AnyTable {
+    /// [`PolicyTable::check`], dispatched statically (the hot path).
+    #[inline]
+    pub(crate) fn check(
+        &mut self,
+        fp: Fingerprint,
+        c: OneCheck<'_>,
+        count: &mut usize,
+    ) -> Option<Decision> {
+        each_table!(self, |t| t.check(fp, c, count))
+    }
+}
+
+impl std::ops::Deref for AnyTable {
+    type Target = dyn PolicyTable;
+    fn deref(&self) -> &Self::Target {
+        each_table!(self, |t| t as &dyn PolicyTable)
+    }
+}
+
+impl std::ops::DerefMut for AnyTable {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        each_table!(self, |t| t as &mut dyn PolicyTable)
+    }
+}
+
+/// A table for `policy`'s algorithm, holding at most `max_len` entries.
+pub(crate) fn table_for(policy: &Policy, max_len: usize) -> AnyTable {
+    let quota = Quota::from(policy);
+    match policy.algorithm() {
+        AlgorithmKind::FixedWindow => AnyTable::FixedWindow(TypedTable::new(quota.into(), max_len)),
+        AlgorithmKind::SlidingLog => AnyTable::SlidingLog(TypedTable::new(quota.into(), max_len)),
+        AlgorithmKind::SlidingWindow => {
+            AnyTable::SlidingWindow(TypedTable::new(quota.into(), max_len))
+        }
+        AlgorithmKind::TokenBucket => AnyTable::TokenBucket(TypedTable::new(quota.into(), max_len)),
+        AlgorithmKind::LeakyBucket => AnyTable::LeakyBucket(TypedTable::new(quota.into(), max_len)),
+        AlgorithmKind::Gcra => AnyTable::Gcra(TypedTable::new(quota.into(), max_len)),
+        AlgorithmKind::Concurrency => AnyTable::Concurrency(TypedTable::new(quota.into(), max_len)),
+    }
 }
 
 impl<A: Algorithm + From<Quota>> PolicyTable for TypedTable<A>
@@ -171,7 +243,7 @@ where
     }
 
     #[inline]
-    fn check(&mut self, fp: Fingerprint, c: OneCheck<'_>) -> Option<(Decision, bool, usize)> {
+    fn check(&mut self, fp: Fingerprint, c: OneCheck<'_>, count: &mut usize) -> Option<Decision> {
         let alg = &self.alg;
         let OneCheck {
             now,
@@ -190,12 +262,11 @@ where
                 None,
             ),
         };
-        let mut inserted = false;
         if decision.allowed && cost > 0 {
             let i = match at {
                 Some(i) => i,
                 None if room => {
-                    inserted = true;
+                    *count += 1;
                     self.raw.insert(fp)
                 }
                 None => return None,
@@ -204,10 +275,10 @@ where
             self.raw
                 .note_idle_at(now.saturating_add(decision.reset_after));
         }
-        let dropped = self
+        *count -= self
             .raw
             .sweep(now, super::shard::SWEEP_STEPS, |s| alg.idle_at(s), pinned);
-        Some((decision, inserted, dropped))
+        Some(decision)
     }
 
     fn contains(&mut self, fp: Fingerprint) -> bool {
