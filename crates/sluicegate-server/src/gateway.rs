@@ -497,8 +497,7 @@ fn forwarded_headers(
             xff.extend_from_slice(b", ");
         }
     }
-    // Written into the buffer: no string of its own per request.
-    let _ = write!(xff, "{}", peer.ip());
+    push_ip(&mut xff, peer.ip());
     match HeaderValue::from_maybe_shared(bytes::Bytes::from(xff)) {
         Ok(value) => {
             headers.insert(X_FORWARDED_FOR.clone(), value);
@@ -511,6 +510,28 @@ fn forwarded_headers(
     headers.insert(X_FORWARDED_PROTO.clone(), HeaderValue::from_static(proto));
     if let Some(host) = host {
         headers.insert(X_FORWARDED_HOST.clone(), host);
+    }
+}
+
+/// Appends `ip` as text, written into the buffer (no string of its own per request). IPv4
+/// by hand: `Ipv4Addr`'s `Display` measures and pads through the formatter (callgrind: ~1,300
+/// instructions a request, against ~100 here); IPv6 through `Display`.
+fn push_ip(out: &mut Vec<u8>, ip: std::net::IpAddr) {
+    let std::net::IpAddr::V4(v4) = ip else {
+        let _ = write!(out, "{ip}");
+        return;
+    };
+    for (i, octet) in v4.octets().into_iter().enumerate() {
+        if i > 0 {
+            out.push(b'.');
+        }
+        if octet >= 100 {
+            out.push(b'0' + octet / 100);
+        }
+        if octet >= 10 {
+            out.push(b'0' + octet / 10 % 10);
+        }
+        out.push(b'0' + octet % 10);
     }
 }
 
@@ -593,6 +614,21 @@ mod tests {
             h.insert("x-kept", HeaderValue::from_static("1"));
             strip_hop_by_hop(&mut h);
             assert_eq!(h.len(), 1, "{name} stayed");
+        }
+    }
+
+    #[test]
+    fn addresses_are_written_as_display_writes_them() {
+        let mut every_octet: Vec<std::net::IpAddr> = (0..=255u8)
+            .map(|n| std::net::Ipv4Addr::new(n, 255 - n, n / 3, 7).into())
+            .collect();
+        every_octet.push("::1".parse().unwrap());
+        every_octet.push("2001:db8::ff00:42:8329".parse().unwrap());
+        every_octet.push("::ffff:192.0.2.1".parse().unwrap());
+        for ip in every_octet {
+            let mut out = Vec::new();
+            push_ip(&mut out, ip);
+            assert_eq!(String::from_utf8(out).unwrap(), ip.to_string());
         }
     }
 
