@@ -41,11 +41,12 @@ pub fn router(state: AppState) -> Router {
         .route("/metrics", get(metrics))
         .route("/openapi.json", get(api::openapi::openapi_json))
         .fallback(api::error::not_found)
-        .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(MAX_BODY))
         // Added after the layer, so without it: the decision endpoint bounds its body
         // itself (the layer's request extension is an allocation and a lookup a request).
         .route("/v1/check", post(api::check::check))
+        // Last: it applies to the routes registered before it.
+        .method_not_allowed_fallback(method_not_allowed)
         .with_state(state)
 }
 
