@@ -10,7 +10,8 @@
 //! back the fleet's count, which replaces the local view: local count = fleet count at the
 //! last exchange + what this instance admitted since. Keys decided on in the last
 //! `KEEP_FRESH` (10) exchanges take part; a key idle longer (or new here) is read first (one
-//! `MGET`), so no decision uses a fleet count older than one interval while Redis answers.
+//! round trip; concurrent requests' reads share one `MGET`, see `read.rs`), so no decision
+//! uses a fleet count older than one interval while Redis answers.
 //!
 //! **Over-admission bound.** An instance admits only while its local count plus the cost
 //! is within the limit, and its local count misses only what the other instances admitted
