@@ -45,7 +45,8 @@ pub const MAX_DISPLAY_KEY: usize = 256;
 /// are counted under `(other)`.
 pub const MAX_POLICIES: usize = 256;
 
-/// How much the observer keeps. Memory is bounded by these numbers alone.
+/// How much the observer keeps, per shard (twice as many as cores). Memory is bounded by
+/// these numbers and the shard count alone.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct DashboardConfig {
     /// Seconds of per-second counts kept (the page's series and totals).
@@ -280,17 +281,21 @@ impl DashboardObserver {
         policies
     }
 
-    /// The most limited keys of the last `top_minutes`: every shard's sketches merged (a
-    /// key's counts and error bounds add up, as a space-saving merge does).
+    /// The most limited keys of the last `top_minutes`: each minute's shard sketches
+    /// merged into one, then the minutes added up as before sharding.
     fn top_keys(&self, shards: &[MutexGuard<'_, Inner>], now: u64) -> Vec<KeyRow> {
         let oldest_minute = (now / 60 + 1).saturating_sub(self.config.top_minutes);
-        let mut merged: HashMap<&Item, (u64, u64)> = HashMap::new();
+        let mut by_minute: HashMap<u64, Vec<&SpaceSaving<Item>>> = HashMap::new();
         let minutes = shards.iter().flat_map(|inner| inner.minutes.iter());
         for minute in minutes.filter(|m| m.at >= oldest_minute) {
-            for counter in minute.sketch.counters() {
-                let entry = merged.entry(&counter.item).or_default();
-                entry.0 += counter.count;
-                entry.1 += counter.error;
+            by_minute.entry(minute.at).or_default().push(&minute.sketch);
+        }
+        let mut merged: HashMap<&Item, (u64, u64)> = HashMap::new();
+        for sketches in by_minute.values() {
+            for (item, (count, error)) in merge_sketches(sketches) {
+                let entry = merged.entry(item).or_default();
+                entry.0 += count;
+                entry.1 += error;
             }
         }
         let mut top_keys: Vec<KeyRow> = merged
@@ -369,6 +374,39 @@ impl Inner {
     }
 }
 
+/// One minute's sketches of several shards as one: `(count, error)` by item. An item a full
+/// sketch does not hold may still have been seen there up to that sketch's smallest count,
+/// which is added to both its count and its error; so, as in one sketch, a count is never
+/// under the truth and overstates it by at most its error. (An item a sketch with room
+/// does not hold was not seen there.)
+fn merge_sketches<'s>(sketches: &[&'s SpaceSaving<Item>]) -> HashMap<&'s Item, (u64, u64)> {
+    let floor = |sketch: &SpaceSaving<Item>| {
+        if sketch.len() < sketch.capacity() {
+            return 0;
+        }
+        sketch.counters().map(|c| c.count).min().unwrap_or(0)
+    };
+    let floors: u64 = sketches.iter().map(|s| floor(s)).sum();
+    // Per item: count, error, and the floors of the sketches that hold it.
+    let mut merged: HashMap<&Item, (u64, u64, u64)> = HashMap::new();
+    for sketch in sketches {
+        let held_floor = floor(sketch);
+        for counter in sketch.counters() {
+            let entry = merged.entry(&counter.item).or_default();
+            entry.0 += counter.count;
+            entry.1 += counter.error;
+            entry.2 += held_floor;
+        }
+    }
+    merged
+        .into_iter()
+        .map(|(item, (count, error, held))| {
+            let missing = floors - held;
+            (item, (count + missing, error + missing))
+        })
+        .collect()
+}
+
 pub(crate) fn display_key(key: &str) -> &str {
     if key.len() <= MAX_DISPLAY_KEY {
         return key;
@@ -433,6 +471,23 @@ impl VerdictObserver for DashboardObserver {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn merged_shards_never_count_under_the_truth() {
+        let item = |k: &str| -> Item { (Arc::from("p"), Arc::from(k)) };
+        let mut a = SpaceSaving::new(2);
+        let mut b = SpaceSaving::new(2);
+        // x is denied 8 times: 5 in shard a, 3 in shard b, where y and z then evict it.
+        a.add(item("x"), 5);
+        b.add(item("x"), 3);
+        b.add(item("y"), 4);
+        b.add(item("z"), 4);
+        let (count, error) = merge_sketches(&[&a, &b])[&item("x")];
+        assert!(count >= 8 && count - error <= 8, "{count} ± {error}");
+        // A shard with room left did not see what it does not hold.
+        let empty = SpaceSaving::new(4);
+        assert_eq!(merge_sketches(&[&a, &empty])[&item("x")], (5, 0));
+    }
 
     #[test]
     fn long_keys_are_cut_at_a_char_boundary() {
