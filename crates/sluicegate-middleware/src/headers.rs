@@ -122,14 +122,29 @@ pub fn write_headers_cached(
     policy_field: Option<&HeaderValue>,
     headers: &mut HeaderMap,
 ) {
-    // Three headers a set at most, and Retry-After: the map grows once, not per header.
-    headers.reserve(sets.len() * 3 + 1);
+    // Room for exactly what is written: the map then grows at most once. Reserving more
+    // than needed costs a growth of its own: the inner response's map (one header, room
+    // for six) had its hash index rebuilt for 16 (callgrind: ~800 instructions a response).
+    headers.reserve(header_count(sets, verdict));
     let mut sink = HttpSink {
         headers,
         policy_field,
         buf: BytesMut::with_capacity(VALUES_CAPACITY),
     };
     render::write_headers(sets, verdict, &SystemClock, &mut sink);
+}
+
+/// How many headers [`render::write_headers`] writes at most for `sets`: three a set, two
+/// for `ietf`, and `Retry-After` on a rejection.
+fn header_count(sets: &[HeaderSet], verdict: &Verdict) -> usize {
+    let fields: usize = sets
+        .iter()
+        .map(|set| match set {
+            HeaderSet::Ietf => 2,
+            HeaderSet::Draft6 | HeaderSet::Legacy => 3,
+        })
+        .sum();
+    fields + usize::from(!verdict.allowed)
 }
 
 /// The `RateLimit-Policy` field for these policies (shadow ones left out) now: `None` when
