@@ -67,7 +67,9 @@ impl HeaderSink for HttpSink<'_> {
         let value = match rendered {
             Value::Int(n) => self.shared(itoa::Buffer::new().format(n).as_bytes()),
             Value::Static(s) => Some(HeaderValue::from_static(s)),
-            Value::Text(s) => HeaderValue::try_from(s).ok(),
+            // Copied into the shared buffer too: a `String` of spare capacity becomes
+            // `Bytes` only through one more allocation.
+            Value::Text(s) => self.shared(s.as_bytes()),
         };
         if let Some(v) = value {
             self.headers.insert(name(header), v);
