@@ -34,6 +34,26 @@ pub fn check_key(key: &str) -> Result<(), StoreError> {
     Ok(())
 }
 
+/// The one cost rule: a request's cost is within each policy's capacity (a larger one
+/// could never be admitted).
+#[inline]
+fn check_cost(policy: &Policy, cost: u64) -> Result<(), StoreError> {
+    if cost > policy.capacity() {
+        return Err(cost_over_capacity(policy, cost));
+    }
+    Ok(())
+}
+
+/// The error of [`check_cost`], out of line.
+#[cold]
+fn cost_over_capacity(policy: &Policy, cost: u64) -> StoreError {
+    StoreError::CostOverCapacity {
+        policy: policy.name().to_owned(),
+        cost,
+        capacity: policy.capacity(),
+    }
+}
+
 /// Names of the metrics every store records, whatever records them (the Redis store
 /// times its own calls; the server wraps the in-memory one).
 pub mod metric {
@@ -77,22 +97,21 @@ impl<'a> CheckRequest<'a> {
     ///     Err(StoreError::CostOverCapacity { .. })
     /// ));
     /// ```
+    #[inline]
     pub fn validate(&self) -> Result<(), StoreError> {
         if self.policies.is_empty() {
             return Err(StoreError::NoPolicy);
         }
         check_key(self.key)?;
+        if let [policy] = self.policies {
+            // The common request, without the loop (no duplicate possible).
+            return check_cost(policy, self.cost);
+        }
         for (i, policy) in self.policies.iter().enumerate() {
             if self.policies[..i].iter().any(|p| p.name() == policy.name()) {
                 return Err(StoreError::DuplicatePolicy(policy.name().to_owned()));
             }
-            if self.cost > policy.capacity() {
-                return Err(StoreError::CostOverCapacity {
-                    policy: policy.name().to_owned(),
-                    cost: self.cost,
-                    capacity: policy.capacity(),
-                });
-            }
+            check_cost(policy, self.cost)?;
         }
         Ok(())
     }
@@ -168,13 +187,7 @@ impl<'a> KeyedCheck<'a> {
             {
                 return Err(StoreError::DuplicatePolicy(item.policy.name().to_owned()));
             }
-            if item.cost > item.policy.capacity() {
-                return Err(StoreError::CostOverCapacity {
-                    policy: item.policy.name().to_owned(),
-                    cost: item.cost,
-                    capacity: item.policy.capacity(),
-                });
-            }
+            check_cost(item.policy, item.cost)?;
         }
         Ok(())
     }

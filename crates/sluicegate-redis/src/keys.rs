@@ -21,19 +21,27 @@ use sluicegate_core::{AlgorithmKind, Policy};
 /// Appends the escaped form of `key`.
 pub(crate) fn escape_into(out: &mut String, key: &str) {
     const HEX: &[u8; 16] = b"0123456789ABCDEF";
-    for &b in key.as_bytes() {
-        let plain = b.is_ascii_graphic() && !matches!(b, b'%' | b'{' | b'}' | b':');
-        if plain {
-            out.push(char::from(b));
-        } else {
-            out.push('%');
-            out.push(char::from(HEX[usize::from(b >> 4)]));
-            out.push(char::from(HEX[usize::from(b & 0xf)]));
+    let plain = |b: u8| b.is_ascii_graphic() && !matches!(b, b'%' | b'{' | b'}' | b':');
+    // Runs of plain bytes are copied whole (most keys are one run): a push per byte was a
+    // visible share of a local (`store.sync`) decision's CPU. A run is ASCII between
+    // character boundaries, so it is a valid slice of `key`.
+    let bytes = key.as_bytes();
+    let mut start = 0;
+    for (i, &b) in bytes.iter().enumerate() {
+        if plain(b) {
+            continue;
         }
+        out.push_str(key.get(start..i).unwrap_or_default());
+        out.push('%');
+        out.push(char::from(HEX[usize::from(b >> 4)]));
+        out.push(char::from(HEX[usize::from(b & 0xf)]));
+        start = i + 1;
     }
+    out.push_str(key.get(start..).unwrap_or_default());
 }
 
-/// The short algorithm name in a key's tag.
+/// The short algorithm name in a key's tag. Always two characters: the entry script finds
+/// a state's override key by cutting them off (`entry.lua`).
 fn algorithm_tag(kind: AlgorithmKind) -> &'static str {
     match kind {
         AlgorithmKind::FixedWindow => "fw",
@@ -184,6 +192,20 @@ mod tests {
     }
 
     #[test]
+    fn escaping_copies_plain_runs_and_escapes_every_other_byte() {
+        let escaped = |key: &str| {
+            let mut out = String::new();
+            escape_into(&mut out, key);
+            out
+        };
+        assert_eq!(escaped(""), "");
+        assert_eq!(escaped("user-42"), "user-42");
+        assert_eq!(escaped("a:b{c}%d é\n"), "a%3Ab%7Bc%7D%25d%20%C3%A9%0A");
+        assert_eq!(escaped("::"), "%3A%3A");
+        assert_eq!(escaped("é"), "%C3%A9");
+    }
+
+    #[test]
     fn escaping_keeps_keys_apart_and_in_their_slot() {
         let hostile = [
             "a", "a}", "{a", "a:b", "a%3Ab", "a b", "a\nb", "a\u{0}", "é", "%", "}{", "{}",
@@ -237,6 +259,22 @@ mod tests {
         assert_ne!(
             state_key("sg", "k", &policy(5)),
             state_key("sg", "k", &other)
+        );
+    }
+
+    #[test]
+    fn tags_are_two_characters_as_the_script_assumes() {
+        for kind in AlgorithmKind::ALL
+            .into_iter()
+            .chain([AlgorithmKind::Concurrency])
+        {
+            assert_eq!(algorithm_tag(kind).len(), 2, "{kind:?}");
+        }
+        let state = state_key("sg", "k", &policy(5));
+        let cut = &state[..state.len() - 2];
+        assert_eq!(
+            format!("{cut}override"),
+            override_key("sg", "k", &policy(5))
         );
     }
 }

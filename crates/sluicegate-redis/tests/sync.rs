@@ -189,6 +189,71 @@ async fn redis_outage_keeps_deciding_within_the_limit_then_merges() {
     assert_eq!(redis_count(&server, &a, &p[0], "new"), limit);
 }
 
+/// `MGET` commands redis-server has run since it started.
+fn mget_calls(server: &RedisServer) -> u64 {
+    server
+        .cli(&["INFO", "commandstats"])
+        .lines()
+        .find_map(|l| l.strip_prefix("cmdstat_mget:calls="))
+        .and_then(|rest| rest.split(',').next()?.parse().ok())
+        .unwrap_or(0)
+}
+
+// One thread: every request below queues its read before the dispatcher runs, so the
+// count of `MGET`s is deterministic.
+#[tokio::test]
+async fn cold_keys_are_read_together_and_exchanged_in_one_call() {
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    let a = synced(config(&server, "cold"), fixed()).await;
+    let b = synced(config(&server, "cold"), fixed()).await;
+    let limit = 1000;
+    let p = [shared_policy("p", AlgorithmKind::FixedWindow, limit, HOUR)];
+    let keys: Vec<String> = (0..300).map(|i| format!("cold-{i}")).collect();
+    for (i, key) in keys.iter().enumerate() {
+        assert_eq!(admit(&a, &p, key, i as u64 % 7).await, i as u64 % 7);
+    }
+    a.sync_now().await.unwrap();
+
+    // b has never seen these keys: each is read from Redis before it decides, the reads
+    // of the 300 concurrent requests sharing one MGET, each answered with its own count.
+    let before = mget_calls(&server);
+    let checks = keys
+        .iter()
+        .map(|key| b.check(CheckRequest::new(&p, key, 1)));
+    let verdicts = futures_util::future::join_all(checks).await;
+    let mgets = mget_calls(&server) - before;
+    assert!(
+        mgets * 10 <= keys.len() as u64,
+        "{mgets} MGETs for 300 cold keys"
+    );
+    for (i, verdict) in verdicts.into_iter().enumerate() {
+        let remaining = verdict.unwrap().decisions[0].decision.remaining;
+        assert_eq!(remaining, limit - i as u64 % 7 - 1, "{}", keys[i]);
+    }
+
+    // One exchange adds b's admission on every key and reads back the rest: Redis and
+    // both instances agree on each count.
+    for key in &keys[..100] {
+        assert_eq!(admit(&b, &p, key, 1).await, 1);
+    }
+    b.sync_now().await.unwrap();
+    a.sync_now().await.unwrap();
+    for (i, key) in keys.iter().enumerate() {
+        let expected = i as u64 % 7 + 1 + u64::from(i < 100);
+        assert_eq!(redis_count(&server, &a, &p[0], key), expected, "{key}");
+        for store in [&a, &b] {
+            let read = store.check(CheckRequest::new(&p, key, 0)).await.unwrap();
+            assert_eq!(
+                read.decisions[0].decision.remaining,
+                limit - expected,
+                "{key}"
+            );
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_master_cluster() {
     let Some(cluster) = RedisCluster::start() else {

@@ -281,6 +281,7 @@ impl<S: Default> RawTable<S> {
 
     /// Advances the sweep hand by up to `steps` cells, dropping expired entries. Returns how
     /// many were dropped. Does nothing while `now < min_idle` (nothing can be expired).
+    #[inline]
     pub(crate) fn sweep(
         &mut self,
         now: Micros,
@@ -288,9 +289,22 @@ impl<S: Default> RawTable<S> {
         idle_at: impl Fn(&S) -> Micros + Copy,
         pinned: &dyn Fn(Fingerprint) -> bool,
     ) -> usize {
+        // Answered inline on every decision; the walk itself is out of line.
         if self.len == 0 || now < self.min_idle {
             return 0;
         }
+        self.sweep_steps(now, steps, idle_at, pinned)
+    }
+
+    /// [`RawTable::sweep`]'s walk, when something may have expired.
+    #[inline(never)]
+    fn sweep_steps(
+        &mut self,
+        now: Micros,
+        steps: usize,
+        idle_at: impl Fn(&S) -> Micros + Copy,
+        pinned: &dyn Fn(Fingerprint) -> bool,
+    ) -> usize {
         let mut dropped = 0;
         for _ in 0..steps {
             if self.step(now, idle_at, pinned) {

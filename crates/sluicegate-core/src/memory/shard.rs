@@ -15,7 +15,7 @@ use super::fingerprint::Fingerprint;
 use super::persist::{put_str, put_u32, put_u64};
 use super::registry::PolicyRef;
 use super::snapshot::put_numbers;
-use super::typed::{Numbers, OneCheck, PolicyTable, table_for};
+use super::typed::{AnyTable, Numbers, OneCheck, table_for};
 
 /// Most shards a store or limiter uses.
 const MAX_SHARDS: usize = 256;
@@ -95,7 +95,7 @@ type Overrides = HashMap<Fingerprint, Vec<KeyOverride>, foldhash::fast::RandomSt
 struct TableCell {
     id: u64,
     lineage: u64,
-    table: Box<dyn PolicyTable>,
+    table: AnyTable,
 }
 
 /// One table per policy (by registry index) for the keys of this shard, and their count.
@@ -162,12 +162,7 @@ impl StoreShard {
     /// the new numbers here, keys with an override excepted (they keep theirs). `None` when
     /// `r` is stale: its policy was replaced by a reload while this request was on its way;
     /// such a request is decided on a fresh state and changes nothing.
-    fn table(
-        &mut self,
-        r: &PolicyRef,
-        policy: &Policy,
-        now: Micros,
-    ) -> Option<&mut Box<dyn PolicyTable>> {
+    fn table(&mut self, r: &PolicyRef, policy: &Policy, now: Micros) -> Option<&mut AnyTable> {
         if self.tables.len() <= r.index {
             self.tables.resize_with(r.index + 1, || None);
         }
@@ -609,7 +604,7 @@ impl StoreShard {
         });
     }
 
-    /// Restores one state from a snapshot (see [`PolicyTable::load_entry`]); `None` when
+    /// Restores one state from a snapshot (see [`PolicyTable::load_entry`](super::typed::PolicyTable::load_entry)); `None` when
     /// the bytes are not one. Within the shard's bound.
     pub(crate) fn load_entry(
         &mut self,

@@ -36,22 +36,39 @@ fn round(v: &mut [u64; 4]) {
     v[2] = v[2].rotate_left(32);
 }
 
-/// The last 0 to 7 bytes as a little-endian word, by fixed-size loads (a variable-length
-/// copy into a stack buffer costs a call and a store-forwarding stall).
+/// The little-endian word at `at` (the caller keeps `at + 8 <= bytes.len()`).
 #[inline(always)]
-fn tail_word(tail: &[u8]) -> u64 {
-    let len = tail.len();
+fn word_at(bytes: &[u8], at: usize) -> u64 {
+    let mut word = [0u8; 8];
+    word.copy_from_slice(&bytes[at..at + 8]);
+    u64::from_le_bytes(word)
+}
+
+/// The last `len % 8` bytes of `bytes` as a little-endian word (0 when none). A key of 8
+/// bytes or more reads them with one load of its last 8 bytes, shifted (the bytes before
+/// the tail were hashed already): no byte-by-byte assembly, no branch per size.
+#[inline(always)]
+fn tail_word(bytes: &[u8]) -> u64 {
+    let len = bytes.len();
+    let rest = len % 8;
+    if rest == 0 {
+        return 0;
+    }
+    if len >= 8 {
+        return word_at(bytes, len - 8) >> (64 - 8 * rest);
+    }
+    let tail = bytes;
     let mut word = 0u64;
     let mut i = 0;
-    if len >= 4 {
+    if rest >= 4 {
         word = u64::from(u32::from_le_bytes([tail[0], tail[1], tail[2], tail[3]]));
         i = 4;
     }
-    if len - i >= 2 {
+    if rest - i >= 2 {
         word |= u64::from(u16::from_le_bytes([tail[i], tail[i + 1]])) << (8 * i);
         i += 2;
     }
-    if len > i {
+    if rest > i {
         word |= u64::from(tail[i]) << (8 * i);
     }
     word
@@ -64,7 +81,7 @@ impl<const C: usize, const D: usize> Sip<C, D> {
     }
 
     /// The hash of `bytes`, as specified by Aumasson and Bernstein.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn hash(&self, bytes: &[u8]) -> u64 {
         let mut v = [
             self.k0 ^ 0x736f_6d65_7073_6575,
@@ -72,18 +89,18 @@ impl<const C: usize, const D: usize> Sip<C, D> {
             self.k0 ^ 0x6c79_6765_6e65_7261,
             self.k1 ^ 0x7465_6462_7974_6573,
         ];
-        let mut chunks = bytes.chunks_exact(8);
-        for chunk in &mut chunks {
-            let mut word = [0u8; 8];
-            word.copy_from_slice(chunk);
-            let m = u64::from_le_bytes(word);
+        let whole = bytes.len() - bytes.len() % 8;
+        let mut at = 0;
+        while at < whole {
+            let m = word_at(bytes, at);
             v[3] ^= m;
             for _ in 0..C {
                 round(&mut v);
             }
             v[0] ^= m;
+            at += 8;
         }
-        let m = tail_word(chunks.remainder()) | ((bytes.len() as u64 & 0xff) << 56);
+        let m = tail_word(bytes) | ((bytes.len() as u64 & 0xff) << 56);
         v[3] ^= m;
         for _ in 0..C {
             round(&mut v);

@@ -1,7 +1,12 @@
 //! [`TypedTable`]: one policy's [`RawTable`] together with its algorithm, behind the
-//! object-safe [`PolicyTable`] so that one store shard can hold every policy's states.
+//! object-safe [`PolicyTable`], and [`AnyTable`], any of them by value, so that one store
+//! shard can hold every policy's states.
 
-use crate::algorithm::{Admitted, Algorithm, Quota};
+use crate::AlgorithmKind;
+use crate::algorithm::{
+    Admitted, Algorithm, Concurrency, FixedWindow, Gcra, LeakyBucket, Quota, SlidingLog,
+    SlidingWindow, TokenBucket,
+};
 use crate::clock::Micros;
 use crate::decision::Decision;
 use crate::policy::Policy;
@@ -144,10 +149,75 @@ macro_rules! alg_for {
     };
 }
 
-/// A boxed table for `policy`'s algorithm, holding at most `max_len` entries.
-pub(crate) fn table_for(policy: &Policy, max_len: usize) -> Box<dyn PolicyTable> {
-    crate::with_algorithm!(policy, |alg| Box::new(TypedTable::new(alg, max_len))
-        as Box<dyn PolicyTable>)
+/// One policy's table held by value, whatever its algorithm: a shard holds these, not
+/// `Box<dyn PolicyTable>`, so that a decision reaches the cells with one load fewer (the
+/// box) and the one-policy check ([`AnyTable::check`]) is a branch on the algorithm and
+/// an inlined call, not an indirect one. The rarer operations go through
+/// [`PolicyTable`] as a trait object (`Deref`), written once for every algorithm.
+pub(crate) enum AnyTable {
+    FixedWindow(TypedTable<FixedWindow>),
+    SlidingLog(TypedTable<SlidingLog>),
+    SlidingWindow(TypedTable<SlidingWindow>),
+    TokenBucket(TypedTable<TokenBucket>),
+    LeakyBucket(TypedTable<LeakyBucket>),
+    Gcra(TypedTable<Gcra>),
+    Concurrency(TypedTable<Concurrency>),
+}
+
+/// `$body` with `$t` bound to the typed table inside `$table` (an [`AnyTable`]).
+macro_rules! each_table {
+    ($table:expr, |$t:ident| $body:expr) => {
+        match $table {
+            AnyTable::FixedWindow($t) => $body,
+            AnyTable::SlidingLog($t) => $body,
+            AnyTable::SlidingWindow($t) => $body,
+            AnyTable::TokenBucket($t) => $body,
+            AnyTable::LeakyBucket($t) => $body,
+            AnyTable::Gcra($t) => $body,
+            AnyTable::Concurrency($t) => $body,
+        }
+    };
+}
+
+impl AnyTable {
+    /// [`PolicyTable::check`], dispatched statically (the hot path).
+    #[inline]
+    pub(crate) fn check(
+        &mut self,
+        fp: Fingerprint,
+        c: OneCheck<'_>,
+    ) -> Option<(Decision, bool, usize)> {
+        each_table!(self, |t| t.check(fp, c))
+    }
+}
+
+impl std::ops::Deref for AnyTable {
+    type Target = dyn PolicyTable;
+    fn deref(&self) -> &Self::Target {
+        each_table!(self, |t| t as &dyn PolicyTable)
+    }
+}
+
+impl std::ops::DerefMut for AnyTable {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        each_table!(self, |t| t as &mut dyn PolicyTable)
+    }
+}
+
+/// A table for `policy`'s algorithm, holding at most `max_len` entries.
+pub(crate) fn table_for(policy: &Policy, max_len: usize) -> AnyTable {
+    let quota = Quota::from(policy);
+    match policy.algorithm() {
+        AlgorithmKind::FixedWindow => AnyTable::FixedWindow(TypedTable::new(quota.into(), max_len)),
+        AlgorithmKind::SlidingLog => AnyTable::SlidingLog(TypedTable::new(quota.into(), max_len)),
+        AlgorithmKind::SlidingWindow => {
+            AnyTable::SlidingWindow(TypedTable::new(quota.into(), max_len))
+        }
+        AlgorithmKind::TokenBucket => AnyTable::TokenBucket(TypedTable::new(quota.into(), max_len)),
+        AlgorithmKind::LeakyBucket => AnyTable::LeakyBucket(TypedTable::new(quota.into(), max_len)),
+        AlgorithmKind::Gcra => AnyTable::Gcra(TypedTable::new(quota.into(), max_len)),
+        AlgorithmKind::Concurrency => AnyTable::Concurrency(TypedTable::new(quota.into(), max_len)),
+    }
 }
 
 impl<A: Algorithm + From<Quota>> PolicyTable for TypedTable<A>

@@ -12,6 +12,9 @@ local ceil = math.ceil
 local max = math.max
 local min = math.min
 local EXACT = 9007199254740992 -- 2^53
+local match = string.match
+-- Looked up once a call, not on every command (`redis` is a global table).
+local rcall = redis.call
 
 -- floor(a / b) for integers a >= 0, b > 0, a + b <= 2^53.
 local function idiv(a, b)
@@ -111,6 +114,28 @@ local function put(key, text, idle_at, now)
   WRITTEN[key] = text
 end
 
+-- The script's time as text, set by the entry script: most states written in a call
+-- record that instant, so it is formatted once.
+local NOW_TEXT = nil
+
+-- A fast path's write (M.fast of the algorithms that have one): the state "a b|sig", idle
+-- at `idle_at` (> now), the TTL rounded up as by ttl_ms: the same text and TTL as put,
+-- inlined. `b` is often the script's time, formatted once a call.
+local function put_pair(key, a, b, idle_at, now, sig)
+  local b_text = NOW_TEXT
+  if b ~= now or not b_text then
+    b_text = fmt(b)
+  end
+  local body = fmt(a) .. ' ' .. b_text .. '|' .. sig
+  local ms = (idle_at - now) / 1000
+  ms = ms + (-ms) % 1
+  if ms < 1 then
+    ms = 1
+  end
+  rcall('SET', key, body, 'PX', fmt(ms + TTL_EXTRA_MS))
+  WRITTEN[key] = body
+end
+
 -- Writes the state, or deletes it once it is indistinguishable from a fresh key.
 local function put_or_forget(key, text, idle_at, now)
   if idle_at <= now then
@@ -119,6 +144,19 @@ local function put_or_forget(key, text, idle_at, now)
   else
     put(key, text, idle_at, now)
   end
+end
+
+-- An item's reply (see entry.lua): the short form, for an admission without delay under
+-- the policy's own limit, or the full form. Each returns the new end of `out`.
+local function short_reply(out, o, remaining, reset)
+  out[o + 1], out[o + 2] = -1 - remaining, reset
+  return o + 2
+end
+
+local function full_reply(out, o, ok, remaining, reset, retry, delay, limit)
+  out[o + 1], out[o + 2], out[o + 3], out[o + 4] = ok, remaining, reset, retry
+  out[o + 5], out[o + 6], out[o + 7] = delay, 0, limit
+  return o + 7
 end
 
 -- Parses a state of one to three integers; nil for a fresh key.

@@ -13,16 +13,20 @@
 --          the time zone), then the number B of calendar
 --          boundaries (0 unless a calendar fixed_window) and B ascending instants in µs
 --          (bucket algorithms receive limit and period divided by their gcd)
--- then     the number of requests R, then per request: its number of items n, then n times
---          2 fields: policy index (1..P), cost
+-- then     the number of requests R, then U: 0, or for a uniform call (every request one
+--          item of one policy and cost) that policy's index (1..P) followed by the cost;
+--          unless uniform, per request: its number of items n, then n times 2 fields:
+--          policy index (1..P), cost
 --
 -- A request goes ahead iff every enforcing (non-shadow) item admits it; then every item
 -- that admits it consumes; else nothing is consumed (sluicegate-core Verdict::combine).
--- Reply to "check": per item 7 integers: allowed (0/1), remaining, reset_after µs,
--- retry_after µs (-1: none), delay µs, lease (concurrency: when the lease the item takes
--- if the request goes ahead expires, µs since the epoch; else 0), and the limit that
--- applied (the key's override's, else the policy's); then, once at the end, the
--- script's time in µs (a reservation records when it was admitted).
+-- Reply to "check": per item either the full form, 7 integers: allowed (0/1), remaining,
+-- reset_after µs, retry_after µs (-1: none), delay µs, lease (concurrency: when the lease
+-- the item takes if the request goes ahead expires, µs since the epoch; else 0), and the
+-- limit that applied (the key's override's, else the policy's); or the short form of an
+-- admission without delay, lease or override (the fast paths' common answer), 2 integers:
+-- -1 - remaining (negative, which tells it apart), reset_after µs. Then, once at the end,
+-- the script's time in µs (a reservation records when it was admitted).
 --
 -- Overrides: a key's own numbers under a policy live in "<state key without its
 -- algorithm tag>:override" (same hash tag, so the same slot), read in the same MGET as
@@ -31,6 +35,7 @@
 local CONSTRUCTORS = { fixed_window, sliding_log, sliding_window, token_bucket, leaky_bucket, gcra, concurrency }
 
 local now = script_now()
+NOW_TEXT = fmt(now)
 
 -- The policies, each parsed once however many requests of the batch use it.
 local built = {}
@@ -57,6 +62,10 @@ for p = 1, tonumber(ARGV[3]) do
     zone = tonumber(ARGV[a + 9]),
   }
   q.sig = ARGV[a + 2] .. ',' .. ARGV[a + 3] .. ',' .. ARGV[a + 4] .. ',' .. ARGV[a + 9]
+  -- A penalty needs its own key read: such policies always take the generic path.
+  if q.penalty == 0 then
+    q.fast = alg.fast
+  end
   policies[p] = q
   local nb = tonumber(ARGV[a + 10])
   if nb > 0 then
@@ -75,11 +84,12 @@ end
 local wanted = {}
 for i = 1, #KEYS do
   wanted[i] = KEYS[i]
-  wanted[#KEYS + i] = (string.gsub(KEYS[i], ':[^:]*$', ':override'))
+  -- Every algorithm tag is two characters (keys.rs): cheaper than a pattern substitution.
+  wanted[#KEYS + i] = string.sub(KEYS[i], 1, -3) .. 'override'
 end
 local values = {}
 for from = 1, #wanted, 200 do
-  local slice = redis.call('MGET', unpack(wanted, from, min(from + 199, #wanted)))
+  local slice = rcall('MGET', unpack(wanted, from, min(from + 199, #wanted)))
   for i = 1, #slice do
     values[from + i - 1] = slice[i]
   end
@@ -91,17 +101,21 @@ local o = 0
 local k = 0
 -- Per-item scratch for multi-policy requests, reused by every request (only 1..n is read).
 local items, costs, sts, oks, carried = {}, {}, {}, {}, {}
-local requests = tonumber(ARGV[a])
-a = a + 1
-for _ = 1, requests do
-  local n = tonumber(ARGV[a])
-  a = a + 1
+
+-- Decides (or refunds) one request of `n` items with every algorithm's general steps:
+-- overrides, states counted under other numbers, penalties, several policies at once.
+-- `uq` and `ucost`: the policy and cost of a uniform call's one item, else nil (read from
+-- ARGV).
+local function generic(n, uq, ucost)
   local allowed = true
   for i = 1, n do
     k = k + 1
-    local q = with_override(policies[tonumber(ARGV[a])], values[#KEYS + k] or nil)
-    local cost = tonumber(ARGV[a + 1])
-    a = a + 2
+    local p, cost = uq, ucost
+    if not p then
+      p, cost = policies[tonumber(ARGV[a])], tonumber(ARGV[a + 1])
+      a = a + 2
+    end
+    local q = with_override(p, values[#KEYS + k] or nil)
     local key = KEYS[k]
     local text = WRITTEN[key]
     if text == nil then
@@ -161,6 +175,49 @@ for _ = 1, requests do
       -- TTL they give it: the old numbers' TTL may end before the state does.
       q.alg.commit(key, q, sts[i], now, 0)
     end
+  end
+end
+
+-- The requests. A uniform call (every request one item of the same policy and cost, the
+-- common batch) sends that policy and cost once instead of per request.
+local requests = tonumber(ARGV[a])
+local uq = policies[tonumber(ARGV[a + 1])]
+local ucost = nil
+if uq then
+  ucost = tonumber(ARGV[a + 2])
+  a = a + 3
+else
+  a = a + 2
+end
+local nkeys = #KEYS
+for _ = 1, requests do
+  local n, q, cost = 1, uq, ucost
+  if not uq then
+    n = tonumber(ARGV[a])
+    a = a + 1
+    if n == 1 then
+      q, cost = policies[tonumber(ARGV[a])], tonumber(ARGV[a + 1])
+    end
+  end
+  -- A request under one policy, without an override, takes its algorithm's hand-inlined
+  -- path when it has one (M.fast); that path hands back anything unusual (nil).
+  local fast = check and n == 1 and q.fast
+  local done = nil
+  if fast and not values[nkeys + k + 1] then
+    local key = KEYS[k + 1]
+    local text = WRITTEN[key]
+    if text == nil then
+      text = values[k + 1]
+    end
+    done = fast(q, key, text or nil, now, cost, out, o)
+  end
+  if done then
+    o, k = done, k + 1
+    if not uq then
+      a = a + 2
+    end
+  else
+    generic(n, uq, ucost)
   end
 end
 out[#out + 1] = now

@@ -3,12 +3,15 @@
 //! Each algorithm lives in its own `.lua` file next to this one; they are concatenated at
 //! build time after `common.lua` (shared arithmetic) and before `entry.lua` (the
 //! dispatcher), so one `EVALSHA` decides any mix of algorithms and policies atomically.
-//! `redis::Script` sends `EVALSHA` and, on `NOSCRIPT` (a restarted or flushed server),
-//! loads the script and retries.
+//! [`Call`] (the decisions) and `redis::Script` (the settle script) send `EVALSHA` and, on
+//! `NOSCRIPT` (a restarted or flushed server), load the script and retry.
 
 use std::sync::Arc;
 
-use redis::{Script, ScriptInvocation};
+use redis::aio::ConnectionLike;
+use redis::{
+    Cmd, ErrorKind, FromRedisValue, RedisResult, Script, ScriptInvocation, ServerErrorKind,
+};
 use sluicegate_core::{Decision, Micros, Policy, StoreError, Verdict};
 
 use crate::range::Params;
@@ -110,8 +113,8 @@ pub(crate) fn settle_invocation<'s>(
     inv
 }
 
-/// Integers the script returns per item of a check.
-const REPLY_WIDTH: usize = 7;
+/// Integers of an item's full reply (see entry.lua; the short form has 2).
+const FULL_WIDTH: usize = 7;
 
 /// The compiled entry script (its SHA1 is computed once).
 pub(crate) fn entry_script() -> Script {
@@ -134,6 +137,32 @@ pub(crate) enum Op {
     Refund,
 }
 
+/// One call of the entry script, ready to send: a plain `EVALSHA` command (one buffer for
+/// all its arguments, where `redis::ScriptInvocation` keeps each in its own allocation and
+/// copies them all again to send them), loading the script on `NOSCRIPT` like
+/// `ScriptInvocation`.
+pub(crate) struct Call<'s> {
+    script: &'s Script,
+    cmd: Cmd,
+}
+
+impl Call<'_> {
+    /// Sends the call; on `NOSCRIPT` (a restarted or flushed server) loads the script and
+    /// sends it again.
+    pub(crate) async fn invoke_async<T: FromRedisValue>(
+        &self,
+        conn: &mut impl ConnectionLike,
+    ) -> RedisResult<T> {
+        match self.cmd.query_async(conn).await {
+            Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+                self.script.load_async(conn).await?;
+                self.cmd.query_async(conn).await
+            }
+            other => other,
+        }
+    }
+}
+
 /// Builds one script call carrying `requests` requests. Each distinct policy is sent once,
 /// however many requests of a batch use it; items refer to it by index.
 pub(crate) fn invocation<'s>(
@@ -141,17 +170,67 @@ pub(crate) fn invocation<'s>(
     now: Option<Micros>,
     op: Op,
     requests: &[&[Item]],
-) -> ScriptInvocation<'s> {
-    let mut inv = script.prepare_invoke();
+) -> Call<'s> {
+    let (distinct, index) = distinct_policies(requests);
+    let mut cmd = redis::cmd("EVALSHA");
+    cmd.arg(script.get_hash()).arg(index.len());
+    for item in requests.iter().flat_map(|items| items.iter()) {
+        cmd.arg(&item.key);
+    }
     match now {
-        Some(now) => inv.arg(now),
-        None => inv.arg(""),
+        Some(now) => cmd.arg(now),
+        None => cmd.arg(""),
     };
-    inv.arg(match op {
+    cmd.arg(match op {
         Op::Check => "check",
         Op::Refund => "refund",
     });
-    // Distinct policies, by identity first (the common case: one shared Arc), by value else.
+    cmd.arg(distinct.len());
+    // Calendar windows are computed here, where the time-zone database is; the script
+    // places its own clock's time among them (see `calendar_bounds`).
+    let host_now =
+        now.unwrap_or_else(|| sluicegate_core::Clock::now(&sluicegate_core::SystemClock));
+    for item in &distinct {
+        let p = &item.params;
+        cmd.arg(p.code)
+            .arg(u8::from(!item.policy.is_enforcing()))
+            .arg(p.limit)
+            .arg(p.period)
+            .arg(p.burst)
+            .arg(p.max_delay)
+            .arg(p.penalty)
+            .arg(item.policy.limit())
+            .arg(item.policy.period())
+            .arg(crate::keys::zone_tag(&item.policy));
+        let bounds = calendar_bounds(&item.policy, host_now);
+        cmd.arg(bounds.len());
+        for b in bounds {
+            cmd.arg(b);
+        }
+    }
+    cmd.arg(requests.len());
+    match uniform(requests, &index) {
+        // Every request is one item of one policy and cost: those are sent once.
+        Some((policy, cost)) => {
+            cmd.arg(policy).arg(cost);
+        }
+        None => {
+            cmd.arg(0);
+            let mut index = index.into_iter();
+            for items in requests {
+                cmd.arg(items.len());
+                for item in *items {
+                    cmd.arg(index.next().unwrap_or(1)).arg(item.cost);
+                }
+            }
+        }
+    }
+    Call { script, cmd }
+}
+
+/// The distinct policies of a call, by identity first (the common case: one shared `Arc`),
+/// by value else; and for each item, its policy's 1-based index among them.
+fn distinct_policies<'i>(requests: &[&'i [Item]]) -> (Vec<&'i Item>, Vec<usize>) {
     let mut distinct: Vec<&Item> = Vec::new();
     let mut index = Vec::with_capacity(requests.iter().map(|r| r.len()).sum());
     for item in requests.iter().flat_map(|items| items.iter()) {
@@ -167,39 +246,18 @@ pub(crate) fn invocation<'s>(
             }
         });
     }
-    inv.arg(distinct.len());
-    // Calendar windows are computed here, where the time-zone database is; the script
-    // places its own clock's time among them (see `calendar_bounds`).
-    let host_now =
-        now.unwrap_or_else(|| sluicegate_core::Clock::now(&sluicegate_core::SystemClock));
-    for item in &distinct {
-        let p = &item.params;
-        inv.arg(p.code)
-            .arg(u8::from(!item.policy.is_enforcing()))
-            .arg(p.limit)
-            .arg(p.period)
-            .arg(p.burst)
-            .arg(p.max_delay)
-            .arg(p.penalty)
-            .arg(item.policy.limit())
-            .arg(item.policy.period())
-            .arg(crate::keys::zone_tag(&item.policy));
-        let bounds = calendar_bounds(&item.policy, host_now);
-        inv.arg(bounds.len());
-        for b in bounds {
-            inv.arg(b);
-        }
-    }
-    inv.arg(requests.len());
-    let mut index = index.into_iter();
-    for items in requests {
-        inv.arg(items.len());
-        for item in *items {
-            inv.key(&item.key);
-            inv.arg(index.next().unwrap_or(1)).arg(item.cost);
-        }
-    }
-    inv
+    (distinct, index)
+}
+
+/// The policy index and cost shared by every request of a call, if each is one item of the
+/// same policy and cost (the common batch): the script then reads them once.
+fn uniform(requests: &[&[Item]], index: &[usize]) -> Option<(usize, u64)> {
+    let first = requests.first()?.first()?;
+    let same = requests
+        .iter()
+        .zip(index)
+        .all(|(items, &i)| items.len() == 1 && i == index[0] && items[0].cost == first.cost);
+    same.then_some((index[0], first.cost))
 }
 
 /// For a calendar policy, the boundaries of the window holding `now` (this host's time),
@@ -219,44 +277,53 @@ fn bad_reply(what: &str) -> StoreError {
 
 /// Turns the script's reply into one verdict per request, in order.
 pub(crate) fn verdicts(requests: &[&[Item]], reply: &[i64]) -> Result<Vec<Verdict>, StoreError> {
-    let expected: usize = requests
-        .iter()
-        .map(|r| r.len() * REPLY_WIDTH)
-        .sum::<usize>()
-        + 1;
-    if reply.len() != expected {
-        return Err(bad_reply(&format!(
-            "{} integers, expected {expected}",
-            reply.len()
-        )));
-    }
     // The script's time closes the reply.
-    let at = u64::try_from(reply[expected - 1]).map_err(|_| bad_reply("negative time"))?;
-    let mut chunks = reply[..expected - 1].chunks_exact(REPLY_WIDTH);
+    let (&at, mut rest) = reply.split_last().ok_or_else(|| bad_reply("empty"))?;
+    let at = u64::try_from(at).map_err(|_| bad_reply("negative time"))?;
     let mut out = Vec::with_capacity(requests.len());
     for items in requests {
         let mut decided = Vec::with_capacity(items.len());
         for item in *items {
-            let v = chunks.next().ok_or_else(|| bad_reply("too short"))?;
-            let num = |x: i64| u64::try_from(x).map_err(|_| bad_reply("negative number"));
-            // The limit that applied: the key's override's, else the policy's.
-            let limit = num(v[6])?;
-            let decision = if v[0] == 1 {
-                Decision {
-                    delay: num(v[4])?,
-                    lease: num(v[5])?,
-                    ..Decision::allow(limit, num(v[1])?, num(v[2])?)
-                }
-            } else {
-                Decision::deny(limit, num(v[1])?, num(v[2])?, num(v[3])?)
-            };
+            let (decision, tail) = decision(item, rest)?;
+            rest = tail;
             decided.push((Arc::clone(&item.policy), decision, item.cost));
         }
         let mut verdict = Verdict::combine(decided);
         verdict.at = at;
         out.push(verdict);
     }
+    if !rest.is_empty() {
+        return Err(bad_reply(&format!("{} integers too many", rest.len())));
+    }
     Ok(out)
+}
+
+/// One item's decision from the front of `reply`, and what follows it.
+fn decision<'r>(item: &Item, reply: &'r [i64]) -> Result<(Decision, &'r [i64]), StoreError> {
+    let num = |x: i64| u64::try_from(x).map_err(|_| bad_reply("negative number"));
+    match *reply {
+        // The short form: admitted without delay or lease under the policy's own limit.
+        [first, reset, ..] if first < 0 => {
+            let remaining = num(-1 - first)?;
+            let decision = Decision::allow(item.policy.limit(), remaining, num(reset)?);
+            Ok((decision, &reply[2..]))
+        }
+        [ok, remaining, reset, retry, delay, lease, limit, ..] => {
+            // The limit that applied: the key's override's, else the policy's.
+            let limit = num(limit)?;
+            let decision = if ok == 1 {
+                Decision {
+                    delay: num(delay)?,
+                    lease: num(lease)?,
+                    ..Decision::allow(limit, num(remaining)?, num(reset)?)
+                }
+            } else {
+                Decision::deny(limit, num(remaining)?, num(reset)?, num(retry)?)
+            };
+            Ok((decision, &reply[FULL_WIDTH..]))
+        }
+        _ => Err(bad_reply("too short")),
+    }
 }
 
 #[cfg(test)]

@@ -87,6 +87,71 @@ local function token_bucket()
     return 0, whole(q, tokens), refill_time(q, cap - tokens), wait - max(q.max_delay, 0), 0
   end
 
+  -- The whole decision of a request under this one policy alone (no override, no
+  -- penalty), hand-inlined for speed: parse, refill, decide, write, reply, without the
+  -- generic path's helper calls, tables and string splitting. The same steps as load,
+  -- M.eval and M.commit above (the differential tests run both paths against the core).
+  -- Rounding is written as `x + (-x) % 1` (ceil) and `x - x % 1` (floor): exact for the
+  -- non-negative operands below 2^52 here, and cheaper than calling math.ceil/floor.
+  -- `text` is the key's stored state or nil. Appends the item's reply to `out` after `o`
+  -- and returns the new end, or nil when the generic path must decide: a state counted
+  -- under other numbers (to be carried over), or a cost beyond the capacity.
+  function M.fast(q, key, text, now, cost, out, o)
+    local limit, period, burst = q.limit, q.period, q.burst
+    if cost > burst then
+      return nil
+    end
+    local cap = burst * period
+    local tokens, last = cap, now
+    if last < 1 then
+      last = 1
+    end
+    if text then
+      local t, l, sig = match(text, '^(%-?%d+) (%d+)|(.*)$')
+      if sig ~= q.sig then
+        return nil
+      end
+      t, l = tonumber(t), tonumber(l)
+      if l > last then
+        last = l
+      end
+      local deficit = cap - t
+      if deficit > 0 then
+        local elapsed = now - l
+        local full = deficit / limit
+        if elapsed <= 0 then
+          tokens = t
+        elseif elapsed < full + (-full) % 1 then
+          tokens = t + elapsed * limit
+        end
+      end
+    end
+    local after = tokens - cost * period
+    local x = (cap - after) / limit
+    local reset = x + (-x) % 1 -- cap >= after whenever admitted
+    if after >= 0 or cost == 0 then
+      local remaining = 0
+      if after > 0 then
+        x = after / period
+        remaining = x - x % 1
+      end
+      if cost > 0 then
+        put_pair(key, after, last, last + reset, now, q.sig)
+      end
+      return short_reply(out, o, remaining, reset)
+    end
+    x = -after / limit
+    local wait = x + (-x) % 1
+    if q.max_delay >= 0 and wait <= q.max_delay then
+      put_pair(key, after, last, last + reset, now, q.sig)
+      return full_reply(out, o, 1, 0, reset, -1, wait, q.rlimit)
+    end
+    -- Denied, nothing written. In delay mode the request is admitted (delayed) as soon as
+    -- its wait fits the budget.
+    return full_reply(out, o, 0, whole(q, tokens), refill_time(q, cap - tokens),
+      wait - max(q.max_delay, 0), 0, q.rlimit)
+  end
+
   local function store(key, q, st, now, tokens)
     local last = now
     if st then

@@ -28,28 +28,31 @@
 //! reads any more are dropped and counted (`sluicegate_store_sync_dropped_total`). `ping`
 //! (`/readyz`) still reports Redis down. See docs/redis.md.
 
+mod read;
 mod state;
 
-use std::hash::{BuildHasher, RandomState};
+use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use futures_util::future::join_all;
 use parking_lot::{Mutex, MutexGuard};
-use redis::Script;
 use redis::cluster_routing::Slot;
+use redis::{ErrorKind, Script, ServerErrorKind};
 use sluicegate_core::store::check_key;
 use sluicegate_core::{
     BoxFuture, CheckRequest, Clock, KeyedCheck, Micros, Policy, Store, StoreError, SystemClock,
     Verdict,
 };
+use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 
 use crate::config::{RedisConfig, RedisStoreError};
 use crate::keys::placed_state_key;
 use crate::link::LogEvery;
 use crate::store::RedisStore;
+use read::ReadJob;
 use state::{Entry, Shard, decide, read_windows};
 
 /// The shortest `store.sync` interval: below it the exchange is a round trip per few
@@ -127,7 +130,8 @@ impl SyncOptions {
 /// See the module documentation for what is exchanged and the over-admission bound.
 pub struct SyncedStore {
     inner: Arc<Synced>,
-    task: JoinHandle<()>,
+    /// The exchange loop and the read dispatcher.
+    tasks: [JoinHandle<()>; 2],
 }
 
 struct Synced {
@@ -140,8 +144,11 @@ struct Synced {
     /// One exchange at a time (the timer's and [`SyncedStore::sync_now`]'s).
     exchanging: tokio::sync::Mutex<()>,
     clock: Arc<dyn Clock>,
-    hasher: RandomState,
+    /// Picks an entry's shard (the fast hash: a decision hashes its key a few times).
+    hasher: foldhash::fast::RandomState,
     log: LogEvery,
+    /// Reads of stale keys, coalesced by the dispatcher (`read.rs`).
+    reads: mpsc::Sender<ReadJob>,
 }
 
 /// One (policy, key) of a request.
@@ -153,19 +160,22 @@ struct Item<'a> {
     cost: u64,
 }
 
-/// One window's shared count in an exchange.
+/// One window's shared count in an exchange, and the entry its answer goes to.
 struct WindowKey {
+    /// `<state key>:sync:<period µs>:<window index>`.
     key: String,
+    /// The state key's length: `key[..base_len]` is the entry's key in its shard.
+    base_len: usize,
+    shard: usize,
+    index: u64,
     delta: u64,
     ttl_ms: u64,
 }
 
-/// A window sent in an exchange, to apply the answer to.
-struct Sent {
-    shard: usize,
-    base: String,
-    index: u64,
-    delta: u64,
+impl WindowKey {
+    fn base(&self) -> &str {
+        &self.key[..self.base_len]
+    }
 }
 
 fn window_key(base: &str, period: Micros, index: u64) -> String {
@@ -174,7 +184,7 @@ fn window_key(base: &str, period: Micros, index: u64) -> String {
 
 impl Drop for SyncedStore {
     fn drop(&mut self) {
-        self.task.abort();
+        self.tasks.iter().for_each(JoinHandle::abort);
     }
 }
 
@@ -195,6 +205,7 @@ impl SyncedStore {
     ) -> Result<SyncedStore, RedisStoreError> {
         let redis = RedisStore::connect(config).await?;
         let per_shard = options.max_keys.div_ceil(SHARDS);
+        let (reads, queue) = mpsc::channel(read::QUEUE_DEPTH);
         let inner = Arc::new(Synced {
             redis,
             script: Script::new(include_str!("../script/sync.lua")),
@@ -204,11 +215,15 @@ impl SyncedStore {
             completed: AtomicU64::new(0),
             exchanging: tokio::sync::Mutex::new(()),
             clock: options.clock,
-            hasher: RandomState::new(),
+            hasher: foldhash::fast::RandomState::default(),
             log: LogEvery::default(),
+            reads,
         });
-        let task = tokio::spawn(exchange_loop(Arc::downgrade(&inner), options.interval));
-        Ok(SyncedStore { inner, task })
+        let tasks = [
+            tokio::spawn(exchange_loop(Arc::downgrade(&inner), options.interval)),
+            tokio::spawn(read::dispatch(Arc::downgrade(&inner), queue)),
+        ];
+        Ok(SyncedStore { inner, tasks })
     }
 
     /// Exchanges now, without waiting for the interval: what was admitted here is added to
@@ -270,6 +285,11 @@ impl Synced {
     /// refreshed by the last exchange.
     async fn check(&self, items: &[Item<'_>]) -> Result<Verdict, StoreError> {
         let now = self.clock.now();
+        if let [item] = items
+            && let Some(verdict) = self.decide_fresh(item, now)
+        {
+            return verdict;
+        }
         let loaded = self.load_stale(items, now, false).await;
         if let Some(verdict) = self.decide_locked(items, &loaded, now)? {
             return Ok(verdict);
@@ -279,6 +299,27 @@ impl Synced {
         let loaded = self.load_stale(items, now, true).await;
         self.decide_locked(items, &loaded, now)?
             .ok_or_else(|| StoreError::Internal("store.sync: a read entry vanished".into()))
+    }
+
+    /// The common case, one item whose entry is fresh, decided under one lock and one
+    /// lookup; `None` (nothing done) when the entry is missing or stale. The same rule as
+    /// [`Synced::decide_locked`] with nothing to read.
+    fn decide_fresh(&self, item: &Item<'_>, now: Micros) -> Option<Result<Verdict, StoreError>> {
+        let mut shard = self.shards[item.shard].lock();
+        // Read under the lock: an exchange applies a shard's answers under its lock before
+        // it counts the round as completed, so a fresh entry is never seen as stale here.
+        let completed = self.completed.load(Ordering::Acquire);
+        let entry = shard.map.get(&item.base)?;
+        if entry.round < completed || entry.period != item.policy.period() {
+            return None;
+        }
+        let decision = decide(item.policy, Some(entry), now, item.cost);
+        let mut verdict = Verdict::combine(vec![(Arc::clone(item.policy), decision, item.cost)]);
+        verdict.at = now;
+        Some(
+            self.record(&mut shard, item, verdict.consumes(0), now, completed)
+                .map(|()| verdict),
+        )
     }
 
     /// For each item whose local state is missing or older than the last exchange, the
@@ -305,9 +346,8 @@ impl Synced {
             })
             .collect();
         let mut loaded: Vec<Option<Vec<(u64, u64)>>> = vec![None; items.len()];
-        // One `MGET` per item (its windows share its hash slot), the items concurrently: a
-        // plain read, pipelined on the shared connection, far cheaper for Redis than a
-        // script call.
+        // A plain read, far cheaper for Redis than a script call; concurrent requests'
+        // reads share one `MGET` (read.rs).
         let reads = stale.iter().map(|&i| self.read(&items[i], now));
         for (&i, counts) in stale.iter().zip(join_all(reads).await) {
             loaded[i] = Some(counts);
@@ -318,28 +358,17 @@ impl Synced {
     /// The fleet's counts of `item`'s windows at `now`; none when Redis does not answer.
     async fn read(&self, item: &Item<'_>, now: Micros) -> Vec<(u64, u64)> {
         let windows = read_windows(item.policy, now);
-        let keys: Vec<String> = windows
+        let keys = windows
             .iter()
             .map(|&w| window_key(&item.base, item.policy.period(), w))
             .collect();
-        let reply = self
-            .redis
-            .inner()
-            .link
-            .run(move |mut conn| async move {
-                redis::cmd("MGET")
-                    .arg(&keys)
-                    .query_async::<Vec<Option<u64>>>(&mut conn)
-                    .await
-            })
-            .await;
-        match reply {
-            Ok(values) => windows
-                .into_iter()
-                .zip(values)
-                .map(|(w, v)| (w, v.unwrap_or(0)))
-                .collect(),
-            Err(_) => Vec::new(),
+        let (reply, answer) = oneshot::channel();
+        if self.reads.send(ReadJob { keys, reply }).await.is_err() {
+            return Vec::new();
+        }
+        match answer.await {
+            Ok(Some(values)) => windows.into_iter().zip(values).collect(),
+            _ => Vec::new(),
         }
     }
 
@@ -452,9 +481,9 @@ impl Synced {
         let _one = self.exchanging.lock().await;
         let now = self.clock.now();
         let round = self.completed.load(Ordering::Acquire) + 1;
-        let (sent, keys) = self.take_round(now, round - 1);
+        let keys = self.take_round(now, round - 1);
         let (totals, error) = self.run(&keys).await;
-        self.apply_round(&sent, &totals, round);
+        self.apply_round(&keys, &totals, round);
         let result = if error.is_some() { "failed" } else { "ok" };
         metrics::counter!(METRIC_SYNC, "result" => result).increment(1);
         match error {
@@ -468,8 +497,8 @@ impl Synced {
 
     /// Collects what an exchange sends (entries used in the last [`KEEP_FRESH`] exchanges
     /// or holding unsent admissions), dropping idle entries on the way.
-    fn take_round(&self, now: Micros, completed: u64) -> (Vec<Sent>, Vec<WindowKey>) {
-        let (mut sent, mut keys) = (Vec::new(), Vec::new());
+    fn take_round(&self, now: Micros, completed: u64) -> Vec<WindowKey> {
+        let mut keys = Vec::new();
         for (s, shard) in self.shards.iter().enumerate() {
             let mut shard = shard.lock();
             shard.map.retain(|_, e| !e.idle(now));
@@ -484,23 +513,20 @@ impl Synced {
                 for c in carried {
                     keys.push(WindowKey {
                         key: window_key(base, entry.period, c.index),
-                        delta: c.delta,
-                        ttl_ms,
-                    });
-                    sent.push(Sent {
+                        base_len: base.len(),
                         shard: s,
-                        base: base.clone(),
                         index: c.index,
                         delta: c.delta,
+                        ttl_ms,
                     });
                 }
             }
         }
-        (sent, keys)
+        keys
     }
 
     /// Applies an exchange's answers (or, where it failed, puts the deltas back).
-    fn apply_round(&self, sent: &[Sent], totals: &[Option<u64>], round: u64) {
+    fn apply_round(&self, sent: &[WindowKey], totals: &[Option<u64>], round: u64) {
         let mut current: Option<(usize, MutexGuard<'_, Shard>)> = None;
         for (s, total) in sent.iter().zip(totals) {
             // `sent` is in shard order, so locks are taken in order, one at a time.
@@ -511,7 +537,7 @@ impl Synced {
             let Some((_, shard)) = current.as_mut() else {
                 continue;
             };
-            if let Some(entry) = shard.map.get_mut(&s.base) {
+            if let Some(entry) = shard.map.get_mut(s.base()) {
                 match total {
                     Some(total) => entry.apply(s.index, s.delta, *total, round),
                     None => entry.restore(s.index, s.delta),
@@ -535,6 +561,11 @@ impl Synced {
                 Some((_, group)) => group.push(i),
                 None => groups.push((slot, vec![i])),
             }
+        }
+        // The script adds to the windows with a delta first, then reads the others in one
+        // `MGET`, answering in that order (a stable sort keeps the rest of the order).
+        for (_, group) in &mut groups {
+            group.sort_by_key(|&i| keys[i].delta == 0);
         }
         let calls = groups.iter().map(|(_, group)| self.call(keys, group));
         let answers = join_all(calls).await;
@@ -560,18 +591,32 @@ impl Synced {
         (totals, error)
     }
 
+    /// One exchange script call: `EVALSHA` built in one buffer (no allocation per key or
+    /// argument), loading the script when Redis does not have it.
     async fn call(&self, keys: &[WindowKey], group: &[usize]) -> Result<Vec<u64>, StoreError> {
-        let mut invocation = self.script.prepare_invoke();
+        let writes = group.partition_point(|&i| keys[i].delta > 0);
+        let mut cmd = redis::cmd("EVALSHA");
+        cmd.arg(self.script.get_hash()).arg(group.len());
         for &i in group {
-            invocation
-                .key(&keys[i].key)
-                .arg(keys[i].delta)
-                .arg(keys[i].ttl_ms);
+            cmd.arg(&keys[i].key);
         }
+        cmd.arg(writes);
+        for &i in &group[..writes] {
+            cmd.arg(keys[i].delta).arg(keys[i].ttl_ms);
+        }
+        let script = &self.script;
         self.redis
             .inner()
             .link
-            .run(move |mut conn| async move { invocation.invoke_async(&mut conn).await })
+            .run(move |mut conn| async move {
+                match cmd.query_async(&mut conn).await {
+                    Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+                        script.load_async(&mut conn).await?;
+                        cmd.query_async(&mut conn).await
+                    }
+                    answer => answer,
+                }
+            })
             .await
     }
 

@@ -277,7 +277,7 @@ impl Entry {
 pub(crate) struct Shard {
     /// Entries by their Redis state key (which names the policy, the algorithm and the
     /// escaped client key: unique per state).
-    pub(crate) map: HashMap<String, Entry>,
+    pub(crate) map: HashMap<String, Entry, foldhash::fast::RandomState>,
     capacity: usize,
 }
 
@@ -285,7 +285,7 @@ impl Shard {
     /// An empty shard holding at most `capacity` entries.
     pub(crate) fn new(capacity: usize) -> Shard {
         Shard {
-            map: HashMap::new(),
+            map: HashMap::default(),
             capacity: capacity.max(1),
         }
     }
