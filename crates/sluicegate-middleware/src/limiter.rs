@@ -470,11 +470,6 @@ impl RateLimitDecision {
     pub fn is_allowed(&self) -> bool {
         self.verdict.allowed
     }
-    /// Whether an admitted request goes ahead at once: no turn to wait for and no pool slot
-    /// to queue for (the layer then needs no future of its own around the inner service's).
-    pub(crate) fn goes_ahead_at_once(&self) -> bool {
-        self.verdict.allowed && self.verdict.delay == 0 && self.pool.is_none()
-    }
     /// Whether the client is on a deny list (the verdict then has no decisions).
     pub fn is_forbidden(&self) -> bool {
         self.forbidden
