@@ -98,3 +98,70 @@ side_by_side() {
   range_c="$(printf '%s\n' "${cr[@]}" | sort -g | head -1)–$(printf '%s\n' "${cr[@]}" | sort -g | tail -1)"
   echo "| $name | $peer | $rounds | $(median "${pr[@]}") | $(median "${or[@]}") | **$(median "${tr[@]}")×** ($range_t) | $(median "${pc[@]}") | $(median "${oc[@]}") | **$(median "${cr[@]}")×** ($range_c) |"
 }
+
+# A scratch directory in $WORK and a PIDS array whose processes are stopped on exit (by
+# SIGINT: Pingora drains for minutes on SIGTERM; the others stop on either).
+bench_workdir() {
+  WORK=$(mktemp -d)
+  PIDS=()
+  trap 'for p in "${PIDS[@]}"; do kill -INT "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$WORK"' EXIT
+}
+
+# wrk_latency PIDS -- WRK_COMMAND...   prints "requests_per_s p50 p99 non2xx cpu_us_per_request"
+# (WRK_COMMAND must pass --latency). PIDS as for measure_wrk.
+wrk_latency() {
+  local pids=$1; shift
+  [ "$1" = "--" ] && shift
+  local before after out
+  # shellcheck disable=SC2086
+  before=$(cpu_ns $(with_children $pids))
+  out=$("$@")
+  # shellcheck disable=SC2086
+  after=$(cpu_ns $(with_children $pids))
+  awk -v b="$before" -v a="$after" '
+    /requests in/ {n = $1}
+    /Requests\/sec/ {r = $2}
+    $1 == "50%" {p50 = $2}
+    $1 == "99%" {p99 = $2}
+    /Non-2xx/ {e = $5}
+    END {
+      if (n == 0) { print "0 - - 0 0"; exit }
+      printf "%.0f %s %s %d %.2f\n", r, p50, p99, e, (a - b) / 1000 / n
+    }' <<<"$out"
+}
+
+# nginx_proxy_conf UPSTREAM_PORT KEEPALIVE LISTEN_LINES [EXTRA_HTTP_LINES]
+# Writes $WORK/nginx.conf: nginx in the foreground with its temp files in $WORK, proxying
+# everything to 127.0.0.1:UPSTREAM_PORT (HTTP/1.1, KEEPALIVE idle upstream connections)
+# behind `limit_req` keyed by client address with a rate no request reaches, so the whole
+# limit_req path runs and every request is admitted. LISTEN_LINES: the `listen ...;` lines.
+nginx_proxy_conf() {
+  mkdir -p "$WORK/tmp"
+  cat >"$WORK/nginx.conf" <<NGX
+worker_processes ${NGINX_WORKERS:-2};
+daemon off;
+pid $WORK/nginx.pid;
+error_log $WORK/error.log warn;
+events { worker_connections 1024; }
+http {
+    access_log off;
+    client_body_temp_path $WORK/tmp/body;
+    proxy_temp_path $WORK/tmp/proxy;
+    fastcgi_temp_path $WORK/tmp/fastcgi;
+    uwsgi_temp_path $WORK/tmp/uwsgi;
+    scgi_temp_path $WORK/tmp/scgi;
+    limit_req_zone \$binary_remote_addr zone=bench:10m rate=100000000r/s;
+    upstream up { server 127.0.0.1:$1; keepalive $2; }
+    ${4:-}
+    server {
+        $3
+        location / {
+            limit_req zone=bench burst=100000000 nodelay;
+            proxy_pass http://up;
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+        }
+    }
+}
+NGX
+}

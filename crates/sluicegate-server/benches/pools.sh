@@ -21,19 +21,10 @@ THREADS=${WRK_THREADS:-1}
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/../../.." && pwd)
 REL=${CARGO_TARGET_DIR:-$ROOT/target}/release
+# shellcheck source=scripts/bench-lib.sh
+. "$ROOT/scripts/bench-lib.sh"
 command -v wrk >/dev/null || { echo "wrk is missing (apt-get install -y wrk)" >&2; exit 1; }
-WORK=$(mktemp -d)
-PIDS=()
-cleanup() {
-  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "$WORK"
-}
-trap cleanup EXIT
-port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-wait_port() { for _ in $(seq 100); do (echo >/dev/tcp/127.0.0.1/$1) 2>/dev/null && return; sleep 0.1; done; echo "port $1 never opened" >&2; exit 1; }
-ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
-median() { sort -g | awk '{a[NR]=$1} END {if (NR%2) print a[(NR+1)/2]; else printf "%.2f\n", (a[NR/2]+a[NR/2+1])/2}'; }
+bench_workdir
 
 echo "machine: $(nproc) cores, $(uname -sr), load average $(cut -d' ' -f1-3 /proc/loadavg)"
 echo
@@ -56,7 +47,7 @@ if [ "${SKIP_CALLGRIND:-0}" != 1 ] && command -v valgrind >/dev/null; then
   echo
 fi
 
-P_API=$(port); P_UP=$(port); P_GW=$(port)
+P_API=$(free_port); P_UP=$(free_port); P_GW=$(free_port)
 cat >"$WORK/bench.toml" <<TOML
 [server]
 listen = "127.0.0.1:$P_API"
@@ -103,20 +94,7 @@ RUST_LOG=warn "$REL/sluicegate" serve --config "$WORK/bench.toml" >/dev/null & P
 for p in $P_API $P_UP $P_GW; do wait_port "$p"; done
 
 # measure PATH -> "rps p50 p99 non2xx cpu_us_per_request"
-measure() {
-  local before after out
-  before=$(ticks "$PID_SG")
-  out=$(wrk -t"$THREADS" -c"$CONN" -d"$DUR" --latency "http://127.0.0.1:$P_GW$1")
-  after=$(ticks "$PID_SG")
-  local rps p50 p99 errors requests cpu
-  rps=$(awk '/Requests\/sec/ {print $2}' <<<"$out")
-  p50=$(awk '$1=="50%" {print $2}' <<<"$out")
-  p99=$(awk '$1=="99%" {print $2}' <<<"$out")
-  errors=$(awk '/Non-2xx/ {print $5}' <<<"$out")
-  requests=$(awk '/requests in/ {print $1}' <<<"$out")
-  cpu=$(awk -v t=$((after - before)) -v n="$requests" -v hz="$(getconf CLK_TCK)" 'BEGIN {printf "%.2f", t / hz * 1e6 / n}')
-  echo "$rps $p50 $p99 ${errors:-0} $cpu"
-}
+measure() { wrk_latency "$PID_SG" -- wrk -t"$THREADS" -c"$CONN" -d"$DUR" --latency "http://127.0.0.1:$P_GW$1"; }
 
 echo "HTTP: wrk -t$THREADS -c$CONN -d$DUR, $ROUNDS rounds, targets alternating"
 echo
@@ -135,5 +113,6 @@ echo
 echo "| route | median requests/s | median gateway CPU µs/request |"
 echo "|---|---|---|"
 for name in no-pool pool-never-full pool-saturated; do
-  echo "| $name | $(tr ' ' '\n' <<<"${RPS[$name]}" | grep . | median) | $(tr ' ' '\n' <<<"${CPU[$name]}" | grep . | median) |"
+  # shellcheck disable=SC2086
+  echo "| $name | $(median ${RPS[$name]}) | $(median ${CPU[$name]}) |"
 done

@@ -23,52 +23,23 @@ THREADS=${WRK_THREADS:-2}
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/../../.." && pwd)
 REL=${CARGO_TARGET_DIR:-$ROOT/target}/release
+# shellcheck source=scripts/bench-lib.sh
+. "$ROOT/scripts/bench-lib.sh"
 for tool in wrk h2load openssl; do
   command -v "$tool" >/dev/null || { echo "$tool is missing (apt-get install -y wrk nghttp2-client openssl)" >&2; exit 1; }
 done
 NGINX=$(command -v nginx || echo /usr/sbin/nginx)
-WORK=$(mktemp -d)
-PIDS=()
-cleanup() {
-  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "$WORK"
-}
-trap cleanup EXIT
-port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-wait_port() { for _ in $(seq 100); do (echo >/dev/tcp/127.0.0.1/$1) 2>/dev/null && return; sleep 0.1; done; echo "port $1 never opened" >&2; exit 1; }
-ticks() {
-  local total=0 pid
-  for pid in "$@" $(for p in "$@"; do pgrep -P "$p" || true; done); do
-    [ -r "/proc/$pid/stat" ] || continue
-    total=$((total + $(awk '{print $14 + $15}' "/proc/$pid/stat")))
-  done
-  echo "$total"
-}
-cpu_us() { awk -v t="$1" -v n="$2" -v hz="$(getconf CLK_TCK)" 'BEGIN {printf "%.1f", t / hz * 1e6 / n}'; }
+bench_workdir
 # wrk URL PID... -> "rps p50 p99 failed cpu_us_per_request"
-wrk_run() {
-  local url=$1; shift
-  local before after out
-  before=$(ticks "$@")
-  out=$(wrk -t"$THREADS" -c"$CONN" -d"$DUR" --latency "$url")
-  after=$(ticks "$@")
-  local rps p50 p99 errors requests
-  rps=$(awk '/Requests\/sec/ {print $2}' <<<"$out")
-  p50=$(awk '$1=="50%" {print $2}' <<<"$out")
-  p99=$(awk '$1=="99%" {print $2}' <<<"$out")
-  errors=$(awk '/Non-2xx/ {print $5}' <<<"$out")
-  requests=$(awk '/requests in/ {print $1}' <<<"$out")
-  echo "$rps $p50 $p99 ${errors:-0} $(cpu_us $((after - before)) "$requests")"
-}
+wrk_run() { local url=$1; shift; wrk_latency "$*" -- wrk -t"$THREADS" -c"$CONN" -d"$DUR" --latency "$url"; }
 # h2load URL PID... -> "rps p50 p99 failed cpu_us_per_request" (p50/p99: request times
 # are not given by percentile; the mean and the max stand in their columns)
 h2_run() {
   local url=$1; shift
   local before after out
-  before=$(ticks "$@")
+  before=$(cpu_ns $(with_children "$@"))
   out=$(h2load -t"$THREADS" -c"$CONN" -m"$STREAMS" -D"${DUR%s}" "$url" 2>&1)
-  after=$(ticks "$@")
+  after=$(cpu_ns $(with_children "$@"))
   local rps done failed mean max
   rps=$(awk '/^finished in/ {print $4}' <<<"$out")
   done=$(awk '/^requests:/ {print $6}' <<<"$out")
@@ -76,11 +47,11 @@ h2_run() {
   mean=$(awk '/^time for request:/ {print $6}' <<<"$out")
   max=$(awk '/^time for request:/ {print $5}' <<<"$out")
   if [ -z "$done" ] || [ "$done" = 0 ]; then echo "h2load failed: $out" >&2; echo "0 - - - -"; return; fi
-  echo "$rps mean=$mean max=$max ${failed:-0} $(cpu_us $((after - before)) "$done")"
+  echo "$rps mean=$mean max=$max ${failed:-0} $(awk -v t=$((after - before)) -v n="$done" 'BEGIN {printf "%.2f", t / 1000 / n}')"
 }
 
-P_UP=$(port); P_API1=$(port); P_API2=$(port); P_GW=$(port); P_GWS=$(port)
-P_NGX=$(port); P_NGXS=$(port); P_NGX2C=$(port)
+P_UP=$(free_port); P_API1=$(free_port); P_API2=$(free_port); P_GW=$(free_port); P_GWS=$(free_port)
+P_NGX=$(free_port); P_NGXS=$(free_port); P_NGX2C=$(free_port)
 openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 1 \
   -keyout "$WORK/gw.key" -out "$WORK/gw.crt" -subj /CN=localhost \
   -addext subjectAltName=IP:127.0.0.1,DNS:localhost 2>/dev/null
@@ -107,44 +78,16 @@ TOML
 }
 policy "$P_API1" "$P_GW" >"$WORK/plain.toml"
 { policy "$P_API2" "$P_GWS"; printf 'tls_cert = "gw.crt"\ntls_key = "gw.key"\n'; } >"$WORK/tls.toml"
-mkdir -p "$WORK/tmp"
-cat >"$WORK/nginx.conf" <<NGX
-worker_processes auto;
-daemon off;
-pid $WORK/nginx.pid;
-error_log $WORK/error.log warn;
-events { worker_connections 1024; }
-http {
-    access_log off;
-    client_body_temp_path $WORK/tmp/body;
-    proxy_temp_path $WORK/tmp/proxy;
-    fastcgi_temp_path $WORK/tmp/fastcgi;
-    uwsgi_temp_path $WORK/tmp/uwsgi;
-    scgi_temp_path $WORK/tmp/scgi;
-    limit_req_zone \$binary_remote_addr zone=bench:10m rate=100000000r/s;
-    # h2 runs CONN x STREAMS requests at once: keep that many upstream connections idle
-    # (nginx otherwise opens and closes the excess for every request).
-    upstream up { server 127.0.0.1:$P_UP; keepalive 1024; }
-    ssl_certificate $WORK/gw.crt;
+# h2 runs CONN x STREAMS requests at once: keep that many upstream connections idle (nginx
+# otherwise opens and closes the excess for every request). nginx closes a connection after
+# 1000 requests by default (h2load does not reconnect, and wrk's reconnects would cost
+# nginx a TLS handshake each): keep connections, as sluicegate does.
+NGINX_WORKERS=auto nginx_proxy_conf "$P_UP" 1024 "listen 127.0.0.1:$P_NGX;
+        listen 127.0.0.1:$P_NGXS ssl http2;
+        listen 127.0.0.1:$P_NGX2C http2;" "ssl_certificate $WORK/gw.crt;
     ssl_certificate_key $WORK/gw.key;
     http2_max_concurrent_streams 200;
-    # nginx closes a connection after 1000 requests by default (h2load does not reconnect,
-    # and wrk's reconnects would cost nginx a TLS handshake each): keep connections, as
-    # sluicegate does.
-    keepalive_requests 100000000;
-    server {
-        listen 127.0.0.1:$P_NGX;
-        listen 127.0.0.1:$P_NGXS ssl http2;
-        listen 127.0.0.1:$P_NGX2C http2;
-        location / {
-            limit_req zone=bench burst=100000000 nodelay;
-            proxy_pass http://up;
-            proxy_http_version 1.1;
-            proxy_set_header Connection "";
-        }
-    }
-}
-NGX
+    keepalive_requests 100000000;"
 
 "$REL/bench_peer" upstream "127.0.0.1:$P_UP" >/dev/null & PIDS+=($!)
 RUST_LOG=warn "$REL/sluicegate" serve --config "$WORK/plain.toml" >/dev/null 2>"$WORK/plain.log" & PID_SG=$!; PIDS+=($PID_SG)

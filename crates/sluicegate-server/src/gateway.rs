@@ -18,17 +18,12 @@ use crate::error::ServerError;
 use std::future::Future;
 use std::io::Write as _;
 use std::net::SocketAddr;
-use std::time::Duration;
 
-use arc_swap::ArcSwap;
 use axum::body::Body;
 use axum::extract::Request;
 use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
-use hyper_rustls::HttpsConnector;
-use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::TokioExecutor;
+use http::uri::PathAndQuery;
 use sluicegate_middleware::PermitBody;
 use tokio::net::TcpSocket;
 
@@ -41,9 +36,7 @@ use sluicegate_middleware::{LeaseBody, LeaseGuard, PoolPermit, RateLimitDecision
 use crate::api::ApiError;
 use crate::config::ConnectionLimits;
 use crate::state::AppState;
-
-/// How long connecting to the upstream may take before the gateway answers 502.
-pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+use crate::upstream::{GiveBackBody, Upstream};
 
 /// One worker's gateway, shared by its connections. Behind one `Arc` per worker, so a
 /// request clones one reference that only this thread touches, instead of the shared
@@ -53,64 +46,8 @@ struct Gateway(Arc<Worker>);
 
 struct Worker {
     state: AppState,
-    /// This worker's upstream client, rebuilt when `upstream_ca` changes.
-    upstream: Arc<ArcSwap<UpstreamClient>>,
-}
-
-/// A worker's connection pool to the upstream, and what it was made for: the
-/// `upstream_ca` (its file hash; `None`: the system's roots) and whether the upstream is
-/// `https://` (the system's roots are read only then).
-struct UpstreamClient {
-    made_for: (Option<u64>, bool),
-    client: Client<HttpsConnector<HttpConnector>, Body>,
-}
-
-impl UpstreamClient {
-    fn new(config: Option<&crate::config::GatewayConfig>) -> UpstreamClient {
-        let made_for = made_for(config);
-        let ca = config.and_then(|g| g.upstream_ca.as_ref());
-        let mut http = HttpConnector::new();
-        http.set_connect_timeout(Some(CONNECT_TIMEOUT));
-        http.set_nodelay(true);
-        // The https connector decides by the URI's scheme; the inner one must not refuse
-        // an https:// URI itself.
-        http.enforce_http(false);
-        let connector = hyper_rustls::HttpsConnectorBuilder::new()
-            .with_tls_config(crate::tls::upstream_client_config(ca, made_for.1))
-            .https_or_http()
-            .enable_http1()
-            .wrap_connector(http);
-        let client = Client::builder(TokioExecutor::new())
-            .pool_idle_timeout(Duration::from_secs(30))
-            .build(connector);
-        UpstreamClient { made_for, client }
-    }
-}
-
-fn made_for(config: Option<&crate::config::GatewayConfig>) -> (Option<u64>, bool) {
-    let ca = config
-        .and_then(|g| g.upstream_ca.as_ref())
-        .map(|ca| ca.print);
-    let https = config.is_some_and(|g| g.upstream.scheme_str() == Some("https"));
-    (ca, https)
-}
-
-impl Worker {
-    /// The client for the running `[gateway]` (two comparisons on the request path; a new
-    /// pool only after a reload that changed `upstream_ca` or the upstream's scheme).
-    fn client(
-        &self,
-        config: &crate::config::GatewayConfig,
-    ) -> Client<HttpsConnector<HttpConnector>, Body> {
-        let current = self.upstream.load();
-        if current.made_for == made_for(Some(config)) {
-            return current.client.clone();
-        }
-        let fresh = UpstreamClient::new(Some(config));
-        let client = fresh.client.clone();
-        self.upstream.store(Arc::new(fresh));
-        client
-    }
+    /// This worker's upstream connections (a new pool when a reload changes the upstream).
+    upstream: Arc<Upstream>,
 }
 
 /// The gateway's sockets: one per worker thread, all bound to the same address with
@@ -292,8 +229,7 @@ async fn worker(
     };
     let _ = ready.send(Ok(()));
     let runtime = state.runtime();
-    let client = UpstreamClient::new(runtime.config.gateway.as_ref());
-    let upstream = Arc::new(ArcSwap::from_pointee(client));
+    let upstream = Arc::new(Upstream::new(runtime.config.gateway.as_ref()));
     drop(runtime);
     let app = Gateway(Arc::new(Worker { state, upstream }));
     crate::conn::serve(listener, app, limits, permits, tls, stop).await
@@ -314,8 +250,6 @@ async fn proxy(Gateway(gateway): Gateway, peer: SocketAddr, mut request: Request
     let Some(config) = runtime.config.gateway.as_ref() else {
         return bad_gateway();
     };
-    let (upstream, upstream_timeout) = (config.upstream.clone(), config.upstream_timeout);
-    let client = gateway.client(config);
     let upgrade = crate::tunnel::client_upgrade(&mut request);
     let decision = runtime
         .limiter
@@ -330,22 +264,25 @@ async fn proxy(Gateway(gateway): Gateway, peer: SocketAddr, mut request: Request
         Ok(held) => held,
         Err(refused) => return refused,
     };
-    let upstream_request = match to_upstream(request, &upstream, peer, upgrade.is_some()) {
+    let upstream_request = match to_upstream(request, &config.upstream, peer, upgrade.is_some()) {
         Ok(request) => request,
         Err(e) => return e.into_response(),
     };
-    let sent = tokio::time::timeout(upstream_timeout, client.request(upstream_request));
-    let response = match sent.await {
-        Ok(Ok(response)) => response,
+    let sent = tokio::time::timeout(
+        config.upstream_timeout,
+        gateway.upstream.send(config, upstream_request),
+    );
+    let (response, pooled) = match sent.await {
+        Ok(Ok(sent)) => sent,
         Ok(Err(e)) => {
             let error = error_chain(&e);
-            tracing::warn!(upstream = %upstream, %error, "upstream request failed");
+            tracing::warn!(upstream = %config.upstream, %error, "upstream request failed");
             let mut response = bad_gateway();
             after_response(decision.as_ref(), &mut response);
             return response;
         }
         Err(_) => {
-            tracing::warn!(upstream = %upstream, timeout = ?upstream_timeout, "upstream sent no response head in time");
+            tracing::warn!(upstream = %config.upstream, timeout = ?config.upstream_timeout, "upstream sent no response head in time");
             let mut response = gateway_timeout(permit);
             after_response(decision.as_ref(), &mut response);
             return response;
@@ -354,6 +291,8 @@ async fn proxy(Gateway(gateway): Gateway, peer: SocketAddr, mut request: Request
     if let Some(client_side) =
         upgrade.filter(|_| response.status() == StatusCode::SWITCHING_PROTOCOLS)
     {
+        // The connection becomes the tunnel's: not the pool's.
+        drop(pooled);
         let limits = runtime.config.server.connections;
         return crate::tunnel::switch(
             response,
@@ -363,10 +302,37 @@ async fn proxy(Gateway(gateway): Gateway, peer: SocketAddr, mut request: Request
             limits,
         );
     }
+    pass_on(
+        &gateway.upstream,
+        response,
+        pooled,
+        decision.as_ref(),
+        (guard, permit),
+    )
+}
+
+/// The upstream's response as the client gets it: hop-by-hop headers removed, the rate-limit
+/// headers added, its body holding what the request was admitted with until it ends; the
+/// connection goes back to the pool when hyper is done with it.
+fn pass_on(
+    upstream: &Arc<Upstream>,
+    response: hyper::Response<hyper::body::Incoming>,
+    pooled: crate::upstream::Pooled,
+    decision: Option<&RateLimitDecision>,
+    (guard, permit): (Option<LeaseGuard>, Option<PoolPermit>),
+) -> Response {
     let (mut parts, body) = response.into_parts();
+    // Usually hyper has read the whole response off the connection by now, and it is ready
+    // for the next request; otherwise it goes back when the body has been read.
+    let body = if pooled.is_ready() {
+        upstream.give_back(pooled);
+        Body::new(body)
+    } else {
+        Body::new(GiveBackBody::new(body, pooled, upstream.clone()))
+    };
     strip_hop_by_hop(&mut parts.headers);
     let mut tap = None;
-    if let Some(decision) = &decision {
+    if let Some(decision) = decision {
         decision.write_headers(&mut parts.headers);
         // The route's `settle` and `count`: from the head now, or from the body as it passes.
         tap = decision
@@ -375,7 +341,7 @@ async fn proxy(Gateway(gateway): Gateway, peer: SocketAddr, mut request: Request
     }
     if guard.is_none() && permit.is_none() && tap.is_none() {
         // Nothing to release when the body ends: no wrapper to poll through.
-        return Response::from_parts(parts, Body::new(body));
+        return Response::from_parts(parts, body);
     }
     Response::from_parts(
         parts,
@@ -403,7 +369,8 @@ async fn admit(
     }
 }
 
-/// The client's request as the upstream gets it: its URI under `upstream`, hop-by-hop
+/// The client's request as the upstream gets it: its path under `upstream`'s (origin-form,
+/// as HTTP/1.1 sends it to a server, not a proxy), hop-by-hop
 /// headers removed (but an upgrade's `Upgrade`/`Connection: upgrade` when `upgrading`),
 /// `X-Forwarded-*` added, HTTP/1.1 (the client may speak 1.1 or 2 to us; an HTTP/2
 /// client's `:authority` becomes the `Host`).
@@ -428,6 +395,11 @@ fn to_upstream(
         crate::tunnel::upgrade_headers(&mut parts.headers, protocol);
     }
     forwarded_headers(&mut parts.headers, peer, host.clone(), secure);
+    // HTTP/1.1 needs a `Host`: the client's, else (an HTTP/1.0 client) the upstream's.
+    let host = host.or_else(|| {
+        let authority = upstream.authority()?;
+        HeaderValue::from_str(authority.as_str()).ok()
+    });
     if let Some(host) = host {
         parts.headers.insert(header::HOST, host);
     }
@@ -444,7 +416,8 @@ pub(crate) fn after_response(decision: Option<&RateLimitDecision>, response: &mu
     }
 }
 
-/// The upstream's scheme and authority, its base path, then the request's path and query.
+/// The request's target at the upstream (origin-form): the upstream's base path, then the
+/// request's path and query.
 fn upstream_uri(upstream: &Uri, request: &Uri) -> Result<Uri, ApiError> {
     let base = upstream.path().trim_end_matches('/');
     if base.is_empty()
@@ -454,24 +427,11 @@ fn upstream_uri(upstream: &Uri, request: &Uri) -> Result<Uri, ApiError> {
     {
         // The common case, an upstream without a base path: the request's own path and
         // query as parsed (shared, not copied), no text to format and parse again.
-        let mut parts = http::uri::Parts::default();
-        parts.scheme = upstream.scheme().cloned();
-        parts.authority = upstream.authority().cloned();
-        parts.path_and_query = Some(path_and_query.clone());
-        return Uri::from_parts(parts)
-            .map_err(|e| ApiError::invalid(format!("cannot forward this URI: {e}")));
+        return Ok(Uri::from(path_and_query.clone()));
     }
     let path_and_query = request.path_and_query().map_or("/", |pq| pq.as_str());
-    let mut builder = Uri::builder();
-    if let Some(scheme) = upstream.scheme() {
-        builder = builder.scheme(scheme.clone());
-    }
-    if let Some(authority) = upstream.authority() {
-        builder = builder.authority(authority.clone());
-    }
-    builder
-        .path_and_query(format!("{base}{path_and_query}"))
-        .build()
+    PathAndQuery::try_from(format!("{base}{path_and_query}"))
+        .map(Uri::from)
         .map_err(|e| ApiError::invalid(format!("cannot forward this URI: {e}")))
 }
 
@@ -601,12 +561,12 @@ mod tests {
         let req: Uri = "/api/x?a=1&b=%20".parse().unwrap();
         assert_eq!(
             upstream_uri(&up, &req).unwrap().to_string(),
-            "http://127.0.0.1:3000/api/x?a=1&b=%20"
+            "/api/x?a=1&b=%20"
         );
         let based: Uri = "http://h:1/base/".parse().unwrap();
         assert_eq!(
             upstream_uri(&based, &req).unwrap().to_string(),
-            "http://h:1/base/api/x?a=1&b=%20"
+            "/base/api/x?a=1&b=%20"
         );
     }
 

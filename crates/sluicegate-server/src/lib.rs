@@ -36,3 +36,4 @@ pub mod state;
 pub mod store;
 pub mod tls;
 pub mod tunnel;
+pub mod upstream;

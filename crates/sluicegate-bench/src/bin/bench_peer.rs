@@ -1,4 +1,4 @@
-//! Peers for the server's load tests (`crates/sluicegate-server/benches/loadtest.sh`):
+//! Peers for the server's load tests (`scripts/bench-http.sh`, `scripts/bench-gateway.sh`):
 //!
 //! - `bench_peer bare ADDR`: a bare axum handler on `POST /v1/check` that reads the body
 //!   and answers the same JSON as sluicegate's decision API, deciding nothing: the ceiling

@@ -366,8 +366,7 @@ impl StoreShard {
             room,
             pinned: &pinned,
         };
-        let (decision, inserted, dropped) = held.table.check(t.fp, check)?;
-        self.count = self.count + usize::from(inserted) - dropped;
+        let decision = held.table.check(t.fp, check, &mut self.count)?;
         if self.byte_cap != usize::MAX && decision.allowed && cost > 0 {
             // A sliding log may have grown.
             self.shed(*t, now, &|_, _| false);

@@ -28,11 +28,12 @@ pub(crate) trait PolicyTable: Send {
     ) -> Decision;
     /// [`PolicyTable::evaluate`] then, if admitted with a cost, [`PolicyTable::commit`],
     /// under the table's own numbers with one probe of the key, then
-    /// [`PolicyTable::sweep`]: the one-policy path, in one call. Returns the decision,
-    /// whether `fp` was inserted and how many expired entries the sweep dropped; `None`,
-    /// having changed nothing, when `fp` is new, must be inserted and there is no `room`
-    /// (the caller makes room first, on the general path).
-    fn check(&mut self, fp: Fingerprint, c: OneCheck<'_>) -> Option<(Decision, bool, usize)>;
+    /// [`PolicyTable::sweep`]: the one-policy path, in one call. Returns the decision and
+    /// keeps `count` (the shard's states) for an insertion and what the sweep dropped
+    /// (a small return value, not a tuple through memory); `None`, having changed
+    /// nothing, when `fp` is new, must be inserted and there is no `room` (the caller
+    /// makes room first, on the general path).
+    fn check(&mut self, fp: Fingerprint, c: OneCheck<'_>, count: &mut usize) -> Option<Decision>;
     /// Whether `fp` is tracked.
     fn contains(&mut self, fp: Fingerprint) -> bool;
     /// Consumes `cost` (> 0) for `fp`, inserting it if new; returns whether it was inserted.
@@ -186,8 +187,9 @@ impl AnyTable {
         &mut self,
         fp: Fingerprint,
         c: OneCheck<'_>,
-    ) -> Option<(Decision, bool, usize)> {
-        each_table!(self, |t| t.check(fp, c))
+        count: &mut usize,
+    ) -> Option<Decision> {
+        each_table!(self, |t| t.check(fp, c, count))
     }
 }
 
@@ -241,7 +243,7 @@ where
     }
 
     #[inline]
-    fn check(&mut self, fp: Fingerprint, c: OneCheck<'_>) -> Option<(Decision, bool, usize)> {
+    fn check(&mut self, fp: Fingerprint, c: OneCheck<'_>, count: &mut usize) -> Option<Decision> {
         let alg = &self.alg;
         let OneCheck {
             now,
@@ -260,12 +262,11 @@ where
                 None,
             ),
         };
-        let mut inserted = false;
         if decision.allowed && cost > 0 {
             let i = match at {
                 Some(i) => i,
                 None if room => {
-                    inserted = true;
+                    *count += 1;
                     self.raw.insert(fp)
                 }
                 None => return None,
@@ -274,10 +275,10 @@ where
             self.raw
                 .note_idle_at(now.saturating_add(decision.reset_after));
         }
-        let dropped = self
+        *count -= self
             .raw
             .sweep(now, super::shard::SWEEP_STEPS, |s| alg.idle_at(s), pinned);
-        Some((decision, inserted, dropped))
+        Some(decision)
     }
 
     fn contains(&mut self, fp: Fingerprint) -> bool {

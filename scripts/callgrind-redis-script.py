@@ -1,0 +1,129 @@
+#!/usr/bin/env python3
+"""Instructions redis-server executes per token-bucket decision, counted by valgrind's
+callgrind (unlike CPU time, the count does not depend on what else the machine is doing):
+
+  raw    benches/raw_token_bucket.lua by EVALSHA, one decision a call, 16 pipelined;
+  store  the store's entry script (production source: the clock is the server's), calls of
+         64 single-policy requests as RedisStore::check_batch sends them (uniform form).
+
+Each starts its own redis-server under callgrind (collecting in readQueryFromClient and
+handleClientsWithPendingWrites only: parsing, executing, replying), decides N calls once to
+create the keys, zeroes the counters, decides N more calls on other keys of the same
+10,000 and divides the count by the decisions.
+Usage: scripts/callgrind-redis-script.py [raw] [store] [SCRIPT_DIR]   (N=40 calls; env N)
+"""
+import glob, os, random, socket, subprocess, sys, time
+
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'crates', 'sluicegate-redis')
+PARTS = ['common.lua', 'fixed_window.lua', 'sliding_log.lua', 'sliding_window.lua', 'token_bucket.lua',
+         'leaky_bucket.lua', 'gcra.lua', 'concurrency.lua', 'clock.lua', 'entry.lua']
+B, KEYS, N = 64, 10000, int(os.environ.get('N', '40'))
+
+
+def enc(args):
+    out = [b'*%d\r\n' % len(args)]
+    for a in args:
+        a = a if isinstance(a, bytes) else str(a).encode()
+        out.append(b'$%d\r\n%s\r\n' % (len(a), a))
+    return b''.join(out)
+
+
+class Conn:
+    def __init__(self, port):
+        self.s, self.buf = socket.create_connection(('127.0.0.1', port)), b''
+
+    def _fill(self, n):
+        while len(self.buf) < n:
+            self.buf += self.s.recv(1 << 20)
+
+    def read(self):
+        while b'\r\n' not in self.buf:
+            self.buf += self.s.recv(1 << 20)
+        line, self.buf = self.buf.split(b'\r\n', 1)
+        kind, rest = line[:1], line[1:]
+        if kind == b'-':
+            raise RuntimeError(rest.decode())
+        if kind == b'$':
+            n = int(rest)
+            if n < 0:
+                return None
+            self._fill(n + 2)
+            value, self.buf = self.buf[:n], self.buf[n + 2:]
+            return value
+        if kind == b'*':
+            return [self.read() for _ in range(int(rest))]
+        return rest
+
+    def cmd(self, *args):
+        self.s.sendall(enc(args))
+        return self.read()
+
+
+def raw_call(sha, i):
+    return enc(['EVALSHA', sha, 1, 'raw:{key-%d}:tb' % (i * 104729 % KEYS), 1, 1000, 1000, 1]), 1
+
+
+def store_call(sha, i):
+    keys = ['bench:{key-%d}:tb' % ((i * B + j) * 104729 % KEYS) for j in range(B)]
+    # One token_bucket policy (1000/s: limit 1, period 1000 after the gcd), 64 requests of
+    # cost 1 in the uniform form (policy 1, cost 1 once).
+    return enc(['EVALSHA', sha, B, *keys, '', 'check', 1, 4, 0, 1, 1000, 1000, -1, 0, 1000,
+                1000000, 0, 0, B, 1, 1]), B
+
+
+def run(what, script_dir):
+    port = 20000 + random.randint(0, 9999)
+    out = '/tmp/callgrind-redis.%d' % port
+    server = subprocess.Popen(
+        ['valgrind', '--tool=callgrind', '--callgrind-out-file=' + out, '--collect-atstart=no',
+         '--toggle-collect=readQueryFromClient', '--toggle-collect=handleClientsWithPendingWrites',
+         'redis-server', '--port', str(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        for _ in range(600):
+            try:
+                conn = Conn(port)
+                conn.cmd('PING')
+                break
+            except OSError:
+                time.sleep(0.1)
+        if what == 'raw':
+            source, make, calls, pipe = open(os.path.join(ROOT, 'benches', 'raw_token_bucket.lua')).read(), raw_call, N * B, 16
+        else:
+            source = '\n'.join(open(os.path.join(script_dir, p)).read() for p in PARTS)
+            make, calls, pipe = store_call, N, 1
+        sha = conn.cmd('SCRIPT', 'LOAD', source).decode()
+        for i in range(calls):
+            conn.s.sendall(make(sha, i)[0])
+            conn.read()
+        subprocess.run(['callgrind_control', '-z', str(server.pid)], stdout=subprocess.DEVNULL, check=True)
+        decisions = 0
+        for i in range(0, calls, pipe):
+            batch = [make(sha, calls + i + j) for j in range(pipe)]
+            conn.s.sendall(b''.join(b for b, _ in batch))
+            for _, d in batch:
+                conn.read()
+                decisions += d
+        subprocess.run(['callgrind_control', '-d', str(server.pid)], stdout=subprocess.DEVNULL, check=True)
+    finally:
+        server.terminate()
+        server.wait()
+    total = 0
+    for f in glob.glob(out + '*'):
+        for line in open(f):
+            if line.startswith(('summary:', 'totals:')):
+                total = max(total, int(line.split()[1]))
+        os.unlink(f)
+    return total / decisions
+
+
+def main():
+    args = sys.argv[1:] or ['raw', 'store']
+    dirs = [a for a in args if a not in ('raw', 'store')]
+    script_dir = dirs[0] if dirs else os.path.join(ROOT, 'src', 'script')
+    for what in (a for a in args if a in ('raw', 'store')):
+        print('%-6s %8.0f instructions/decision' % (what, run(what, script_dir)), flush=True)
+
+
+if __name__ == '__main__':
+    main()
