@@ -32,6 +32,7 @@
 mod read;
 mod state;
 
+use std::collections::HashMap;
 use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
@@ -558,15 +559,19 @@ impl Synced {
     /// the first error.
     async fn run(&self, keys: &[WindowKey]) -> (Vec<Option<u64>>, Option<StoreError>) {
         let mut groups: Vec<(Option<Slot>, Vec<usize>)> = Vec::new();
+        // The open (not yet full) group of each slot: a cluster exchange spreads thousands
+        // of keys over thousands of slots, so a scan of the groups per key was quadratic.
+        let mut open: HashMap<Option<Slot>, usize, foldhash::fast::RandomState> =
+            HashMap::default();
         let cluster = self.redis.inner().link.is_cluster();
         for (i, k) in keys.iter().enumerate() {
             let slot = cluster.then(|| Slot::for_key(&k.key));
-            match groups
-                .iter_mut()
-                .find(|(s, g)| *s == slot && g.len() < EXCHANGE_CHUNK)
-            {
-                Some((_, group)) => group.push(i),
-                None => groups.push((slot, vec![i])),
+            match open.get(&slot).copied() {
+                Some(g) if groups[g].1.len() < EXCHANGE_CHUNK => groups[g].1.push(i),
+                _ => {
+                    open.insert(slot, groups.len());
+                    groups.push((slot, vec![i]));
+                }
             }
         }
         // The script adds to the windows with a delta first, then reads the others in one
