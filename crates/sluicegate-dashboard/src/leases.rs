@@ -73,10 +73,15 @@ impl LeaseKeys {
     /// The items whose newest lease has not expired at `now` (the others hold nothing, and
     /// are forgotten).
     pub fn live(&mut self, now: Micros) -> Vec<LeaseItem> {
-        self.until.retain(|_, until| *until > now);
-        let mut items: Vec<LeaseItem> = self.until.keys().cloned().collect();
+        let mut items: Vec<LeaseItem> = self.live_until(now).into_iter().map(|(i, _)| i).collect();
         items.sort();
         items
+    }
+
+    /// [`LeaseKeys::live`] with when each item's newest lease expires, unsorted.
+    pub fn live_until(&mut self, now: Micros) -> Vec<(LeaseItem, Micros)> {
+        self.until.retain(|_, until| *until > now);
+        self.until.iter().map(|(i, u)| (i.clone(), *u)).collect()
     }
 
     /// Items followed.

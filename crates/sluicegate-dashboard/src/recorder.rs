@@ -1,14 +1,21 @@
 //! [`DashboardObserver`]: sees every verdict and keeps, in fixed memory, what the page
 //! shows: decisions per second by policy and outcome over the last minute, and the most
 //! limited keys of the last few minutes (one space-saving sketch per minute).
+//!
+//! Every decision of every thread is counted here, so the counts are sharded: a thread
+//! records into its own shard (an uncontended lock on a cache line of its own), and the
+//! page's reads, a few a second, merge the shards. One process-wide lock taken per decision
+//! was a point every worker thread met at high rates.
 
+use std::cmp::Reverse;
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
-use parking_lot::Mutex;
-use sluicegate_core::{Clock, Outcome, SystemClock, Verdict, VerdictObserver};
+use parking_lot::{Mutex, MutexGuard};
+use sluicegate_core::{Clock, Micros, Outcome, Policy, SystemClock, Verdict, VerdictObserver};
 
-use crate::leases::{LeaseItem, LeaseKeys, SettleActivity};
+use crate::leases::{LeaseItem, LeaseKeys, MAX_LEASE_KEYS, SettleActivity};
 use crate::sketch::SpaceSaving;
 use crate::snapshot::{KeyRow, PolicyRow, Snapshot};
 
@@ -38,7 +45,8 @@ pub const MAX_DISPLAY_KEY: usize = 256;
 /// are counted under `(other)`.
 pub const MAX_POLICIES: usize = 256;
 
-/// How much the observer keeps. Memory is bounded by these numbers alone.
+/// How much the observer keeps, per shard (twice as many as cores). Memory is bounded by
+/// these numbers and the shard count alone.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct DashboardConfig {
     /// Seconds of per-second counts kept (the page's series and totals).
@@ -78,11 +86,39 @@ struct Minute {
     sketch: SpaceSaving<Item>,
 }
 
+#[derive(Default)]
 struct Inner {
     seconds: VecDeque<Second>,
     minutes: VecDeque<Minute>,
     names: HashMap<Box<str>, PolicyName>,
     leases: LeaseKeys,
+    /// The policy seen last and its interned name: the usual decision names the same policy
+    /// as the one before, found by pointer without hashing its name. Holding the `Arc` keeps
+    /// the pointer from being reused by another policy.
+    last: Option<(Arc<Policy>, PolicyName)>,
+}
+
+/// One shard of the counts, alone on its cache lines (a neighbour's lock word written by
+/// another thread would bounce the line between cores all the same).
+#[repr(align(128))]
+#[derive(Default)]
+struct Shard(Mutex<Inner>);
+
+/// How many shards: twice the cores, so that the runtime's worker threads (one per core)
+/// rarely share one; the round-robin numbering of threads spreads them.
+fn shard_count() -> usize {
+    std::thread::available_parallelism()
+        .map_or(4, |n| n.get())
+        .saturating_mul(2)
+        .clamp(2, 64)
+}
+
+/// Numbers threads in the order they first record; a thread's shard is its number modulo
+/// the shard count.
+static NEXT_THREAD: AtomicUsize = AtomicUsize::new(0);
+
+thread_local! {
+    static THREAD_NUMBER: usize = NEXT_THREAD.fetch_add(1, Ordering::Relaxed);
 }
 
 /// A [`VerdictObserver`] for the dashboard; hand it to the server's observer list, and the
@@ -109,7 +145,7 @@ struct Inner {
 pub struct DashboardObserver {
     config: DashboardConfig,
     clock: Arc<dyn Clock>,
-    inner: Mutex<Inner>,
+    shards: Box<[Shard]>,
     settles: SettleActivity,
 }
 
@@ -145,12 +181,7 @@ impl DashboardObserver {
         DashboardObserver {
             config,
             clock,
-            inner: Mutex::new(Inner {
-                seconds: VecDeque::new(),
-                minutes: VecDeque::new(),
-                names: HashMap::new(),
-                leases: LeaseKeys::default(),
-            }),
+            shards: (0..shard_count()).map(|_| Shard::default()).collect(),
             settles: SettleActivity::default(),
         }
     }
@@ -160,10 +191,37 @@ impl DashboardObserver {
         &self.settles
     }
 
-    /// The `(policy, key)` pairs given a lease whose newest lease has not expired yet.
+    /// The `(policy, key)` pairs given a lease whose newest lease has not expired yet: at
+    /// most [`MAX_LEASE_KEYS`], those expiring last, sorted.
     pub fn lease_items(&self) -> Vec<LeaseItem> {
         let now = self.clock.now();
-        self.inner.lock().leases.live(now)
+        let mut until: HashMap<LeaseItem, Micros> = HashMap::new();
+        for shard in &self.shards {
+            for (item, expires_at) in shard.0.lock().leases.live_until(now) {
+                let newest = until.entry(item).or_default();
+                *newest = (*newest).max(expires_at);
+            }
+        }
+        let mut items: Vec<(LeaseItem, Micros)> = until.into_iter().collect();
+        if items.len() > MAX_LEASE_KEYS {
+            items.sort_by_key(|(_, expires_at)| Reverse(*expires_at));
+            items.truncate(MAX_LEASE_KEYS);
+        }
+        let mut items: Vec<LeaseItem> = items.into_iter().map(|(item, _)| item).collect();
+        items.sort();
+        items
+    }
+
+    /// The calling thread's shard.
+    fn shard(&self) -> MutexGuard<'_, Inner> {
+        let n = THREAD_NUMBER.with(|n| *n) % self.shards.len();
+        self.shards[n].0.lock()
+    }
+
+    /// Every shard, locked (the page's reads; a decision takes one lock only, so taking
+    /// them all in order cannot deadlock with it).
+    fn all_shards(&self) -> Vec<MutexGuard<'_, Inner>> {
+        self.shards.iter().map(|s| s.0.lock()).collect()
     }
 
     /// What the observer keeps.
@@ -179,17 +237,34 @@ impl DashboardObserver {
     pub fn snapshot(&self) -> Snapshot {
         let now_us = self.clock.now();
         let now = now_us / 1_000_000;
+        let shards = self.all_shards();
+        let policies = self.policy_rows(&shards, now);
+        let top_keys = self.top_keys(&shards, now);
+        drop(shards);
+        Snapshot {
+            generated_at_ms: now_us / 1_000,
+            window_seconds: self.config.window_seconds,
+            rate_seconds: self.config.rate_seconds,
+            top_minutes: self.config.top_minutes,
+            sketch_capacity: self.config.sketch_capacity,
+            policies,
+            top_keys,
+            store: None,
+            pools: Vec::new(),
+            leases: Vec::new(),
+            settles: self.settles.counts(),
+        }
+    }
+
+    /// Counts by policy over the window ending at second `now`, summed over the shards.
+    fn policy_rows(&self, shards: &[MutexGuard<'_, Inner>], now: u64) -> Vec<PolicyRow> {
         let window = self.config.window_seconds;
         let first = (now + 1).saturating_sub(window);
         let rate_first = (now + 1).saturating_sub(self.config.rate_seconds);
-        let inner = self.inner.lock();
         let mut policies: Vec<PolicyRow> = Vec::new();
         let mut rows: HashMap<&str, usize> = HashMap::new();
-        for second in inner
-            .seconds
-            .iter()
-            .filter(|s| s.at >= first && s.at <= now)
-        {
+        let seconds = shards.iter().flat_map(|inner| inner.seconds.iter());
+        for second in seconds.filter(|s| s.at >= first && s.at <= now) {
             let offset = (second.at - first) as usize;
             for (name, counts) in &second.counts {
                 let row = *rows.entry(name).or_insert_with(|| {
@@ -203,14 +278,24 @@ impl DashboardObserver {
             row.finish(self.config.rate_seconds);
         }
         policies.sort_by(|a, b| a.policy.cmp(&b.policy));
+        policies
+    }
 
+    /// The most limited keys of the last `top_minutes`: each minute's shard sketches
+    /// merged into one, then the minutes added up as before sharding.
+    fn top_keys(&self, shards: &[MutexGuard<'_, Inner>], now: u64) -> Vec<KeyRow> {
         let oldest_minute = (now / 60 + 1).saturating_sub(self.config.top_minutes);
+        let mut by_minute: HashMap<u64, Vec<&SpaceSaving<Item>>> = HashMap::new();
+        let minutes = shards.iter().flat_map(|inner| inner.minutes.iter());
+        for minute in minutes.filter(|m| m.at >= oldest_minute) {
+            by_minute.entry(minute.at).or_default().push(&minute.sketch);
+        }
         let mut merged: HashMap<&Item, (u64, u64)> = HashMap::new();
-        for minute in inner.minutes.iter().filter(|m| m.at >= oldest_minute) {
-            for counter in minute.sketch.counters() {
-                let entry = merged.entry(&counter.item).or_default();
-                entry.0 += counter.count;
-                entry.1 += counter.error;
+        for sketches in by_minute.values() {
+            for (item, (count, error)) in merge_sketches(sketches) {
+                let entry = merged.entry(item).or_default();
+                entry.0 += count;
+                entry.1 += error;
             }
         }
         let mut top_keys: Vec<KeyRow> = merged
@@ -229,23 +314,23 @@ impl DashboardObserver {
                 .then_with(|| a.key.cmp(&b.key))
         });
         top_keys.truncate(self.config.top_keys);
-        Snapshot {
-            generated_at_ms: now_us / 1_000,
-            window_seconds: window,
-            rate_seconds: self.config.rate_seconds,
-            top_minutes: self.config.top_minutes,
-            sketch_capacity: self.config.sketch_capacity,
-            policies,
-            top_keys,
-            store: None,
-            pools: Vec::new(),
-            leases: Vec::new(),
-            settles: self.settles.counts(),
-        }
+        top_keys
     }
 }
 
 impl Inner {
+    /// The interned name of `policy`.
+    fn name_of(&mut self, policy: &Arc<Policy>) -> PolicyName {
+        if let Some((last, name)) = &self.last
+            && Arc::ptr_eq(last, policy)
+        {
+            return Arc::clone(name);
+        }
+        let name = self.name(policy.name());
+        self.last = Some((Arc::clone(policy), Arc::clone(&name)));
+        name
+    }
+
     fn name(&mut self, name: &str) -> PolicyName {
         if let Some(n) = self.names.get(name) {
             return Arc::clone(n);
@@ -289,6 +374,39 @@ impl Inner {
     }
 }
 
+/// One minute's sketches of several shards as one: `(count, error)` by item. An item a full
+/// sketch does not hold may still have been seen there up to that sketch's smallest count,
+/// which is added to both its count and its error; so, as in one sketch, a count is never
+/// under the truth and overstates it by at most its error. (An item a sketch with room
+/// does not hold was not seen there.)
+fn merge_sketches<'s>(sketches: &[&'s SpaceSaving<Item>]) -> HashMap<&'s Item, (u64, u64)> {
+    let floor = |sketch: &SpaceSaving<Item>| {
+        if sketch.len() < sketch.capacity() {
+            return 0;
+        }
+        sketch.counters().map(|c| c.count).min().unwrap_or(0)
+    };
+    let floors: u64 = sketches.iter().map(|s| floor(s)).sum();
+    // Per item: count, error, and the floors of the sketches that hold it.
+    let mut merged: HashMap<&Item, (u64, u64, u64)> = HashMap::new();
+    for sketch in sketches {
+        let held_floor = floor(sketch);
+        for counter in sketch.counters() {
+            let entry = merged.entry(&counter.item).or_default();
+            entry.0 += counter.count;
+            entry.1 += counter.error;
+            entry.2 += held_floor;
+        }
+    }
+    merged
+        .into_iter()
+        .map(|(item, (count, error, held))| {
+            let missing = floors - held;
+            (item, (count + missing, error + missing))
+        })
+        .collect()
+}
+
 pub(crate) fn display_key(key: &str) -> &str {
     if key.len() <= MAX_DISPLAY_KEY {
         return key;
@@ -303,10 +421,10 @@ pub(crate) fn display_key(key: &str) -> &str {
 impl VerdictObserver for DashboardObserver {
     fn observe(&self, key: &str, verdict: &Verdict) {
         let now = self.now_second();
-        let mut inner = self.inner.lock();
+        let mut inner = self.shard();
         let mut key_arc: Option<Arc<str>> = None;
         for decision in &verdict.decisions {
-            let name = inner.name(decision.policy.name());
+            let name = inner.name_of(&decision.policy);
             let second = inner.second(now, self.config.window_seconds);
             let index = match second.counts.iter().position(|(n, _)| *n == name) {
                 Some(i) => i,
@@ -353,6 +471,23 @@ impl VerdictObserver for DashboardObserver {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn merged_shards_never_count_under_the_truth() {
+        let item = |k: &str| -> Item { (Arc::from("p"), Arc::from(k)) };
+        let mut a = SpaceSaving::new(2);
+        let mut b = SpaceSaving::new(2);
+        // x is denied 8 times: 5 in shard a, 3 in shard b, where y and z then evict it.
+        a.add(item("x"), 5);
+        b.add(item("x"), 3);
+        b.add(item("y"), 4);
+        b.add(item("z"), 4);
+        let (count, error) = merge_sketches(&[&a, &b])[&item("x")];
+        assert!(count >= 8 && count - error <= 8, "{count} ± {error}");
+        // A shard with room left did not see what it does not hold.
+        let empty = SpaceSaving::new(4);
+        assert_eq!(merge_sketches(&[&a, &empty])[&item("x")], (5, 0));
+    }
 
     #[test]
     fn long_keys_are_cut_at_a_char_boundary() {
@@ -471,11 +606,11 @@ mod window_tests {
                 clock.advance(Duration::from_secs(61));
             }
         }
-        let inner = observer.inner.lock();
-        assert!(inner.minutes.len() <= 5);
-        assert!(inner.minutes.iter().all(|m| m.sketch.len() <= 16));
-        assert!(inner.seconds.len() <= 60);
-        drop(inner);
+        for inner in observer.all_shards() {
+            assert!(inner.minutes.len() <= 5);
+            assert!(inner.minutes.iter().all(|m| m.sketch.len() <= 16));
+            assert!(inner.seconds.len() <= 60);
+        }
         let s = observer.snapshot();
         assert_eq!(s.top_keys[0].key, "attacker");
         assert!(s.top_keys[0].limited >= 12_000);

@@ -390,3 +390,65 @@ async fn max_waiting_refuses_and_counts_what_the_client_got() {
         .unwrap();
     assert_eq!(next.delay(), Duration::from_millis(300));
 }
+
+/// The in-memory store answering only after a short sleep on the runtime's timer: the
+/// layer cannot decide as the request arrives and finishes the decision in its own future,
+/// woken by the store.
+struct LateStore(MemoryStore);
+
+impl Store for LateStore {
+    fn check<'a>(
+        &'a self,
+        request: CheckRequest<'a>,
+    ) -> BoxFuture<'a, Result<Verdict, StoreError>> {
+        Box::pin(async move {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            self.0.check(request).await
+        })
+    }
+    fn refund<'a>(
+        &'a self,
+        policies: &'a [Arc<Policy>],
+        key: &'a str,
+        cost: u64,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        self.0.refund(policies, key, cost)
+    }
+    fn reset<'a>(
+        &'a self,
+        policy: &'a Policy,
+        key: &'a str,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        self.0.reset(policy, key)
+    }
+    fn ping(&self) -> BoxFuture<'_, Result<(), StoreError>> {
+        self.0.ping()
+    }
+    fn kind(&self) -> &'static str {
+        "late"
+    }
+}
+
+#[tokio::test]
+async fn a_store_answering_later_decides_like_one_answering_at_once() {
+    let limiter = RateLimiter::builder(Arc::new(LateStore(MemoryStore::new(100))))
+        .policy(
+            Policy::builder(
+                "two",
+                AlgorithmKind::TokenBucket,
+                2,
+                Duration::from_secs(60),
+            )
+            .build()
+            .unwrap(),
+        )
+        .route(RouteSpec::new("/", &["two"]))
+        .build()
+        .unwrap();
+    let base = serve_limited(limiter).await;
+    let client = reqwest::Client::new();
+    let first = client.get(format!("{base}/x")).send().await.unwrap();
+    assert_eq!(first.status(), 200);
+    assert_eq!(first.headers()["ratelimit-remaining"], "1");
+    assert_eq!(statuses(&client, &format!("{base}/x"), 2).await, [200, 429]);
+}

@@ -101,6 +101,13 @@ pub fn render(store: &dyn Store) -> String {
 /// The observer the server installs: decision metrics, plus whatever else is wired in
 /// (the dashboard adds its own here).
 pub fn observers() -> Arc<dyn VerdictObserver> {
-    let list: Vec<Arc<dyn VerdictObserver>> = vec![Arc::new(MetricsObserver)];
+    observers_with(Vec::new())
+}
+
+/// [`observers`] and `more` in one flat list: one dynamic call per observer a decision,
+/// not a list within a list.
+pub fn observers_with(more: Vec<Arc<dyn VerdictObserver>>) -> Arc<dyn VerdictObserver> {
+    let mut list: Vec<Arc<dyn VerdictObserver>> = vec![Arc::new(MetricsObserver)];
+    list.extend(more);
     Arc::new(list)
 }

@@ -171,9 +171,8 @@ pub async fn open_state(
 > {
     let opened = crate::store::open(&config.store).await?;
     let dashboard = Arc::new(sluicegate_dashboard::DashboardObserver::default());
-    let observer: Arc<dyn sluicegate_core::VerdictObserver> = Arc::new(vec![
-        crate::metrics::observers(),
-        Arc::clone(&dashboard) as Arc<dyn sluicegate_core::VerdictObserver>,
+    let observer = crate::metrics::observers_with(vec![
+        Arc::clone(&dashboard) as Arc<dyn sluicegate_core::VerdictObserver>
     ]);
     // Every settle and release goes through this store: the dashboard counts them here.
     let store: Arc<dyn sluicegate_core::Store> = Arc::new(sluicegate_dashboard::Tallied::new(

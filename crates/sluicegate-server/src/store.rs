@@ -69,6 +69,24 @@ pub async fn open(config: &StoreConfig) -> Result<OpenedStore, ServerError> {
     }
 }
 
+/// A store [`Timed`] wraps: one that decides at once (the in-memory one) answers
+/// [`Immediate::check_now`], and is timed without a second boxed future around its own.
+trait Immediate: Store {
+    /// The decision, when the store makes it on the caller's thread without waiting.
+    fn check_now(&self, _request: CheckRequest<'_>) -> Option<Result<Verdict, StoreError>> {
+        None
+    }
+}
+
+impl Immediate for Arc<MemoryStore> {
+    fn check_now(&self, request: CheckRequest<'_>) -> Option<Result<Verdict, StoreError>> {
+        Some(MemoryStore::check_now(self, request))
+    }
+}
+
+/// Local-first Redis decides in memory too, but may wait for a read of Redis first.
+impl Immediate for Arc<SyncedStore> {}
+
 /// Records `sluicegate_store_duration_seconds` and `sluicegate_store_errors_total` around a
 /// store that does not record them itself (the in-memory one). The metric handles are
 /// looked up once (the recorder is installed before any store is opened).
@@ -78,7 +96,7 @@ struct Timed<S> {
     errors: metrics::Counter,
 }
 
-impl<S: Store> Timed<S> {
+impl<S: Immediate> Timed<S> {
     fn new(inner: S) -> Self {
         let kind = inner.kind();
         Timed {
@@ -98,13 +116,17 @@ impl<S: Store> Timed<S> {
     }
 }
 
-impl<S: Store> Store for Timed<S> {
+impl<S: Immediate> Store for Timed<S> {
     fn check<'a>(
         &'a self,
         request: CheckRequest<'a>,
     ) -> BoxFuture<'a, Result<Verdict, StoreError>> {
+        let started = Instant::now();
+        if let Some(result) = self.inner.check_now(request) {
+            self.record(started, &result);
+            return Box::pin(std::future::ready(result));
+        }
         Box::pin(async move {
-            let started = Instant::now();
             let result = self.inner.check(request).await;
             self.record(started, &result);
             result

@@ -118,15 +118,21 @@ end
 -- record that instant, so it is formatted once.
 local NOW_TEXT = nil
 
--- A fast path's write (M.fast of the algorithms that have one): the state "a b|sig", idle
--- at `idle_at` (> now), the TTL rounded up as by ttl_ms: the same text and TTL as put,
--- inlined. `b` is often the script's time, formatted once a call.
+-- A fast path's write (M.fast of the algorithms that have one): the state "a b|sig" (or
+-- "a|sig" when `b` is nil), idle at `idle_at` (> now), the TTL rounded up as by ttl_ms:
+-- the same text and TTL as put, inlined. `b` is often the script's time, formatted once a
+-- call.
 local function put_pair(key, a, b, idle_at, now, sig)
-  local b_text = NOW_TEXT
-  if b ~= now or not b_text then
-    b_text = fmt(b)
+  local body
+  if b == nil then
+    body = fmt(a) .. '|' .. sig
+  else
+    local b_text = NOW_TEXT
+    if b ~= now or not b_text then
+      b_text = fmt(b)
+    end
+    body = fmt(a) .. ' ' .. b_text .. '|' .. sig
   end
-  local body = fmt(a) .. ' ' .. b_text .. '|' .. sig
   local ms = (idle_at - now) / 1000
   ms = ms + (-ms) % 1
   if ms < 1 then

@@ -32,6 +32,7 @@
 mod read;
 mod state;
 
+use std::collections::HashMap;
 use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
@@ -54,7 +55,7 @@ use crate::keys::placed_state_key;
 use crate::link::LogEvery;
 use crate::store::RedisStore;
 use read::ReadJob;
-use state::{Entry, Shard, decide, read_windows};
+use state::{Entry, Shard, StateKey, decide, read_windows};
 
 /// The shortest `store.sync` interval: below it the exchange is a round trip per few
 /// decisions again.
@@ -164,7 +165,7 @@ struct Item<'a> {
 /// One window's shared count in an exchange, and the entry its answer goes to.
 struct WindowKey {
     /// `<state key>:sync:<period µs>:<window index>`.
-    key: String,
+    key: Vec<u8>,
     /// The state key's length: `key[..base_len]` is the entry's key in its shard.
     base_len: usize,
     shard: usize,
@@ -174,13 +175,16 @@ struct WindowKey {
 }
 
 impl WindowKey {
-    fn base(&self) -> &str {
+    fn base(&self) -> &[u8] {
         &self.key[..self.base_len]
     }
 }
 
-fn window_key(base: &str, period: Micros, index: u64) -> String {
-    format!("{base}:sync:{period}:{index}")
+fn window_key(base: &[u8], period: Micros, index: u64) -> Vec<u8> {
+    let mut key = Vec::with_capacity(base.len() + 40);
+    key.extend_from_slice(base);
+    key.extend_from_slice(format!(":sync:{period}:{index}").as_bytes());
+    key
 }
 
 impl Drop for SyncedStore {
@@ -310,7 +314,7 @@ impl Synced {
         // Read under the lock: an exchange applies a shard's answers under its lock before
         // it counts the round as completed, so a fresh entry is never seen as stale here.
         let completed = self.completed.load(Ordering::Acquire);
-        let entry = shard.map.get(&item.base)?;
+        let entry = shard.map.get(item.base.as_bytes())?;
         if entry.round < completed || entry.period != item.policy.period() {
             return None;
         }
@@ -342,7 +346,7 @@ impl Synced {
                 let shard = self.shards[item.shard].lock();
                 shard
                     .map
-                    .get(&item.base)
+                    .get(item.base.as_bytes())
                     .is_none_or(|e| e.round < completed || e.period != item.policy.period())
             })
             .collect();
@@ -361,7 +365,7 @@ impl Synced {
         let windows = read_windows(item.policy, now);
         let keys = windows
             .iter()
-            .map(|&w| window_key(&item.base, item.policy.period(), w))
+            .map(|&w| window_key(item.base.as_bytes(), item.policy.period(), w))
             .collect();
         let (reply, answer) = oneshot::channel();
         if self.reads.send(ReadJob { keys, reply }).await.is_err() {
@@ -390,7 +394,10 @@ impl Synced {
         let at = |shard: usize| order.partition_point(|&s| s < shard);
         let completed = self.completed.load(Ordering::Acquire);
         let evicted = items.iter().zip(loaded).any(|(item, counts)| {
-            counts.is_none() && !guards[at(item.shard)].map.contains_key(&item.base)
+            counts.is_none()
+                && !guards[at(item.shard)]
+                    .map
+                    .contains_key(item.base.as_bytes())
         });
         if evicted {
             return Ok(None);
@@ -399,7 +406,7 @@ impl Synced {
         for (i, item) in items.iter().enumerate() {
             if let Some(counts) = &loaded[i] {
                 let shard = &mut guards[at(item.shard)];
-                match shard.map.get_mut(&item.base) {
+                match shard.map.get_mut(item.base.as_bytes()) {
                     Some(e) if e.period == item.policy.period() => {
                         self.dropped(e.refresh(counts, completed));
                     }
@@ -408,12 +415,12 @@ impl Synced {
                         reads[i] = Some(Entry::new(item.policy, now, counts, completed));
                     }
                     _ => {
-                        shard.map.remove(&item.base);
+                        shard.map.remove(item.base.as_bytes());
                         if !shard.room(now) {
                             return Err(full());
                         }
                         let entry = Entry::new(item.policy, now, counts, completed);
-                        shard.map.insert(item.base.clone(), entry);
+                        shard.map.insert(StateKey::new(&item.base), entry);
                     }
                 }
             }
@@ -424,7 +431,7 @@ impl Synced {
             .map(|(i, item)| {
                 let entry = reads[i]
                     .as_ref()
-                    .or_else(|| guards[at(item.shard)].map.get(&item.base));
+                    .or_else(|| guards[at(item.shard)].map.get(item.base.as_bytes()));
                 let decision = decide(item.policy, entry, now, item.cost);
                 (Arc::clone(item.policy), decision, item.cost)
             })
@@ -448,7 +455,7 @@ impl Synced {
         completed: u64,
     ) -> Result<(), StoreError> {
         let admitted = consumed && item.cost > 0;
-        if !shard.map.contains_key(&item.base) {
+        if !shard.map.contains_key(item.base.as_bytes()) {
             if !admitted {
                 return Ok(());
             }
@@ -457,9 +464,9 @@ impl Synced {
                 return Err(full());
             }
             let entry = Entry::new(item.policy, now, &[], completed);
-            shard.map.insert(item.base.clone(), entry);
+            shard.map.insert(StateKey::new(&item.base), entry);
         }
-        if let Some(entry) = shard.map.get_mut(&item.base) {
+        if let Some(entry) = shard.map.get_mut(item.base.as_bytes()) {
             entry.used = completed;
             if admitted {
                 self.dropped(entry.admit(now, item.cost));
@@ -513,8 +520,8 @@ impl Synced {
                 let ttl_ms = (entry.period / 1000).saturating_mul(2).saturating_add(1000);
                 for c in carried {
                     keys.push(WindowKey {
-                        key: window_key(base, entry.period, c.index),
-                        base_len: base.len(),
+                        key: window_key(base.as_bytes(), entry.period, c.index),
+                        base_len: base.as_bytes().len(),
                         shard: s,
                         index: c.index,
                         delta: c.delta,
@@ -552,15 +559,19 @@ impl Synced {
     /// the first error.
     async fn run(&self, keys: &[WindowKey]) -> (Vec<Option<u64>>, Option<StoreError>) {
         let mut groups: Vec<(Option<Slot>, Vec<usize>)> = Vec::new();
+        // The open (not yet full) group of each slot: a cluster exchange spreads thousands
+        // of keys over thousands of slots, so a scan of the groups per key was quadratic.
+        let mut open: HashMap<Option<Slot>, usize, foldhash::fast::RandomState> =
+            HashMap::default();
         let cluster = self.redis.inner().link.is_cluster();
         for (i, k) in keys.iter().enumerate() {
             let slot = cluster.then(|| Slot::for_key(&k.key));
-            match groups
-                .iter_mut()
-                .find(|(s, g)| *s == slot && g.len() < EXCHANGE_CHUNK)
-            {
-                Some((_, group)) => group.push(i),
-                None => groups.push((slot, vec![i])),
+            match open.get(&slot).copied() {
+                Some(g) if groups[g].1.len() < EXCHANGE_CHUNK => groups[g].1.push(i),
+                _ => {
+                    open.insert(slot, groups.len());
+                    groups.push((slot, vec![i]));
+                }
             }
         }
         // The script adds to the windows with a delta first, then reads the others in one
@@ -624,7 +635,11 @@ impl Synced {
     fn refund(&self, items: &[Item<'_>]) {
         let now = self.clock.now();
         for item in items {
-            if let Some(entry) = self.shards[item.shard].lock().map.get_mut(&item.base) {
+            if let Some(entry) = self.shards[item.shard]
+                .lock()
+                .map
+                .get_mut(item.base.as_bytes())
+            {
                 entry.refund(now, item.cost);
             }
         }
@@ -636,11 +651,11 @@ impl Synced {
         check_key(key)?;
         let base = placed_state_key(self.redis.key_prefix(), None, key, policy);
         let shard = (self.hasher.hash_one(&base) % SHARDS as u64) as usize;
-        self.shards[shard].lock().map.remove(&base);
+        self.shards[shard].lock().map.remove(base.as_bytes());
         let window = self.clock.now() / policy.period();
-        let keys: Vec<String> = [window.saturating_sub(1), window]
+        let keys: Vec<Vec<u8>> = [window.saturating_sub(1), window]
             .iter()
-            .map(|&w| window_key(&base, policy.period(), w))
+            .map(|&w| window_key(base.as_bytes(), policy.period(), w))
             .collect();
         self.redis
             .inner()

@@ -24,7 +24,7 @@ const READ_CHUNK: usize = 1024;
 
 /// One item's read: the shared counts of its windows (one hash slot).
 pub(super) struct ReadJob {
-    pub(super) keys: Vec<String>,
+    pub(super) keys: Vec<Vec<u8>>,
     /// The counts in `keys`' order (absent key: 0); `None` when Redis did not answer.
     pub(super) reply: oneshot::Sender<Option<Vec<u64>>>,
 }
@@ -68,7 +68,8 @@ impl Synced {
             if job.reply.is_closed() {
                 continue;
             }
-            let slot = cluster.then(|| Slot::for_key(job.keys.first().map_or("", String::as_str)));
+            let slot =
+                cluster.then(|| Slot::for_key(job.keys.first().map_or(&[][..], Vec::as_slice)));
             match groups.iter_mut().find(|(s, _)| *s == slot) {
                 Some((_, group)) => group.push(job),
                 None => groups.push((slot, vec![job])),

@@ -5,11 +5,11 @@ use std::cell::LazyCell;
 use std::sync::Arc;
 
 use axum::Json;
-use axum::body::Body;
-use axum::extract::rejection::BytesRejection;
-use axum::extract::{FromRequest, State};
+use axum::body::{Body, Bytes};
+use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, header};
 use axum::response::{IntoResponse, Response};
+use http_body_util::{BodyExt, LengthLimitError, Limited};
 use sluicegate_core::{CheckRequest, Policy, Verdict};
 
 use super::error::ApiError;
@@ -38,14 +38,7 @@ pub async fn check(
 ) -> Result<Response, ApiError> {
     // Taking the request whole avoids copying its header map for one header.
     require_json(request.headers())?;
-    let body = axum::body::Bytes::from_request(request, &()).await;
-    let body = body.map_err(|e: BytesRejection| {
-        if e.status() == axum::http::StatusCode::PAYLOAD_TOO_LARGE {
-            ApiError::too_large()
-        } else {
-            ApiError::invalid(format!("cannot read the body: {}", e.body_text()))
-        }
-    })?;
+    let body = read_body(request.into_body()).await?;
     let runtime = state.current();
     let body = match parse_body(&body)? {
         CheckInput::One(body) => body,
@@ -70,11 +63,24 @@ pub async fn check(
     Ok(with_headers(&runtime, &verdict, field, &answer))
 }
 
-/// A parsed `/v1/check` body.
+/// The request body, at most [`MAX_BODY`] bytes (413 beyond). Bounded here rather than by
+/// the router's `DefaultBodyLimit` layer, as the other endpoints are: the same bound, read
+/// the same way, without the layer's per-request extension.
+async fn read_body(body: Body) -> Result<Bytes, ApiError> {
+    match Limited::new(body, MAX_BODY).collect().await {
+        Ok(collected) => Ok(collected.to_bytes()),
+        Err(e) if e.is::<LengthLimitError>() => Err(ApiError::too_large()),
+        Err(e) => Err(ApiError::invalid(format!(
+            "cannot read the body: Failed to buffer the request body: {e}"
+        ))),
+    }
+}
+
+/// A parsed `/v1/check` body (one request borrows its strings from the body's bytes).
 #[derive(Debug)]
-pub enum CheckInput {
+pub enum CheckInput<'a> {
     /// One request (`{"policy", "key", "cost"}`).
-    One(CheckBody),
+    One(CheckBody<'a>),
     /// A batch (`{"requests": [ … ]}`); its entries are parsed one by one later, so that a
     /// bad entry answers with its own error in place.
     Batch(BatchBody),
@@ -82,7 +88,7 @@ pub enum CheckInput {
 
 /// Parses a `/v1/check` body: one request or a batch, or the 400 (413 over 64 KiB) to
 /// answer. The one parser of that body (the fuzz target `check_body` calls it too).
-pub fn parse_body(body: &[u8]) -> Result<CheckInput, ApiError> {
+pub fn parse_body(body: &[u8]) -> Result<CheckInput<'_>, ApiError> {
     if body.len() > MAX_BODY {
         return Err(ApiError::too_large());
     }
@@ -107,8 +113,9 @@ pub fn parse_body(body: &[u8]) -> Result<CheckInput, ApiError> {
 }
 
 /// One entry of a batch, parsed like a single request.
-pub fn parse_entry(value: serde_json::Value) -> Result<CheckBody, ApiError> {
-    serde_json::from_value::<CheckBody>(value)
+pub fn parse_entry(value: serde_json::Value) -> Result<CheckBody<'static>, ApiError> {
+    // `from_value` wants a type owning its strings; `Value` deserialises into owned ones.
+    <CheckBody<'static> as serde::Deserialize>::deserialize(value)
         .map_err(|e| ApiError::invalid(format!("invalid request: {e}")))
 }
 
@@ -148,7 +155,10 @@ fn require_json(headers: &HeaderMap) -> Result<(), ApiError> {
 pub type Policies<'r> = Cow<'r, [Arc<Policy>]>;
 
 /// The loaded policies named in a request.
-pub fn resolve<'r>(runtime: &'r Runtime, names: &PolicyNames) -> Result<Policies<'r>, ApiError> {
+pub fn resolve<'r>(
+    runtime: &'r Runtime,
+    names: &PolicyNames<'_>,
+) -> Result<Policies<'r>, ApiError> {
     let names = match names {
         PolicyNames::One(name) => {
             return runtime
@@ -241,7 +251,7 @@ async fn check_batch(
     }
     // Resolve and validate each entry; invalid ones answer with their error in place.
     let mut results: Vec<Option<BatchEntry>> = Vec::with_capacity(batch.requests.len());
-    let mut valid: Vec<(usize, Policies<'_>, CheckBody)> = Vec::new();
+    let mut valid: Vec<(usize, Policies<'_>, CheckBody<'static>)> = Vec::new();
     for (i, value) in batch.requests.into_iter().enumerate() {
         let parsed = parse_entry(value).and_then(|body| {
             if body.reserve {

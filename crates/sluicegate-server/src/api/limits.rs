@@ -23,7 +23,7 @@ pub async fn get_limit(
 ) -> Result<Response, ApiError> {
     let Path((policy, key)) = path?;
     let runtime = state.runtime();
-    let policies = super::check::resolve(&runtime, &PolicyNames::One(policy))?;
+    let policies = super::check::resolve(&runtime, &PolicyNames::One(policy.into()))?;
     let verdict = decide(&state, &policies, &key, 0).await?;
     Ok(respond(&runtime, &verdict, false))
 }

@@ -24,7 +24,7 @@ pub fn attach(
     signer: &LazyCell<Arc<Signer>, impl FnOnce() -> Arc<Signer>>,
     runtime: &Runtime,
     verdict: &Verdict,
-    body: &CheckBody,
+    body: &CheckBody<'_>,
     answer: &mut CheckResponse,
 ) {
     if !verdict.allowed {
@@ -37,7 +37,7 @@ pub fn attach(
                 .iter()
                 .map(|l| (l.policy.name().to_owned(), l.expires_at))
                 .collect(),
-            k: body.key.clone(),
+            k: body.key.clone().into_owned(),
             c: body.cost,
         };
         answer.lease = Some(signer.sign(Kind::Lease, &claims));
@@ -54,7 +54,7 @@ pub fn attach(
         let claims = ReservationClaims {
             p,
             r,
-            k: body.key.clone(),
+            k: body.key.clone().into_owned(),
             e: body.cost,
             a: verdict.at,
             x: verdict.at.saturating_add(ttl),

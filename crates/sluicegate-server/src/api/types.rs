@@ -1,20 +1,26 @@
 //! The JSON shapes of the decision API (also the OpenAPI schemas).
 
+use std::borrow::Cow;
 use std::fmt;
+use std::marker::PhantomData;
 
 use serde::de::{self, SeqAccess, Visitor};
 use serde::{Deserialize, Deserializer, Serialize};
 use sluicegate_core::{PolicyDecision, Verdict};
 use utoipa::ToSchema;
 
-/// `POST /v1/check` body: one decision.
+/// `POST /v1/check` body: one decision. Its strings are borrowed from the request's bytes
+/// where JSON allows (no escapes in them): the common request is parsed without allocating.
 #[derive(Debug, Clone, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-pub struct CheckBody {
+pub struct CheckBody<'a> {
     /// A policy name, or a list of names that must all admit (all-or-nothing).
-    pub policy: PolicyNames,
+    #[serde(borrow)]
+    pub policy: PolicyNames<'a>,
     /// The client key, 1 to 1024 bytes (e.g. a user id or an IP address).
-    pub key: String,
+    #[serde(borrow)]
+    #[schema(value_type = String)]
+    pub key: Cow<'a, str>,
     /// The request's weight; 0 reads without consuming. Default 1.
     #[serde(default = "one", deserialize_with = "whole_number")]
     #[schema(default = 1, minimum = 0)]
@@ -115,20 +121,20 @@ pub struct BatchBody {
     pub requests: Vec<serde_json::Value>,
 }
 
-/// `"auth"` or `["auth", "daily"]`.
+/// `"auth"` or `["auth", "daily"]`; one name is borrowed from the request where it can be.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum PolicyNames {
+pub enum PolicyNames<'a> {
     /// A single policy.
-    One(String),
+    One(Cow<'a, str>),
     /// Several policies, all-or-nothing.
     Many(Vec<String>),
 }
 
-impl PolicyNames {
+impl PolicyNames<'_> {
     /// The names, in request order.
     pub fn names(&self) -> Vec<&str> {
         match self {
-            PolicyNames::One(name) => vec![name.as_str()],
+            PolicyNames::One(name) => vec![name.as_ref()],
             PolicyNames::Many(names) => names.iter().map(String::as_str).collect(),
         }
     }
@@ -139,7 +145,7 @@ impl PolicyNames {
     }
 }
 
-impl utoipa::PartialSchema for PolicyNames {
+impl utoipa::PartialSchema for PolicyNames<'_> {
     fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
         use utoipa::openapi::schema::{ArrayBuilder, ObjectBuilder, OneOfBuilder, Type};
         let name = || ObjectBuilder::new().schema_type(Type::String);
@@ -157,20 +163,23 @@ impl utoipa::PartialSchema for PolicyNames {
     }
 }
 
-impl ToSchema for PolicyNames {}
+impl ToSchema for PolicyNames<'_> {}
 
-impl<'de> Deserialize<'de> for PolicyNames {
+impl<'de: 'a, 'a> Deserialize<'de> for PolicyNames<'a> {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct NamesVisitor;
-        impl<'de> Visitor<'de> for NamesVisitor {
-            type Value = PolicyNames;
+        struct NamesVisitor<'a>(PhantomData<&'a str>);
+        impl<'de: 'a, 'a> Visitor<'de> for NamesVisitor<'a> {
+            type Value = PolicyNames<'a>;
             fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
                 f.write_str("a policy name or a list of policy names")
             }
-            fn visit_str<E: de::Error>(self, v: &str) -> Result<PolicyNames, E> {
-                Ok(PolicyNames::One(v.to_owned()))
+            fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<Self::Value, E> {
+                Ok(PolicyNames::One(Cow::Borrowed(v)))
             }
-            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<PolicyNames, A::Error> {
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
+                Ok(PolicyNames::One(Cow::Owned(v.to_owned())))
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
                 let mut names = Vec::new();
                 while let Some(name) = seq.next_element::<String>()? {
                     if names.len() >= 64 {
@@ -181,7 +190,7 @@ impl<'de> Deserialize<'de> for PolicyNames {
                 Ok(PolicyNames::Many(names))
             }
         }
-        deserializer.deserialize_any(NamesVisitor)
+        deserializer.deserialize_any(NamesVisitor(PhantomData))
     }
 }
 
