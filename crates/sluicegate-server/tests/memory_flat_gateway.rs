@@ -107,7 +107,7 @@ trusted_proxies = ["127.0.0.1/32"]
 name = "api"
 algorithm = "token_bucket"
 limit = 60
-period = "1m"
+period = "1h"
 
 [[routes]]
 path = "/api"
@@ -144,6 +144,8 @@ upstream = "http://{up}"
         "the warm-up (20 a client) is within the limit"
     );
     assert_eq!(ok + limited, MEASURED);
+    // A bucket refills one a minute, so both outcomes show however slowly a loaded machine
+    // runs the 200 requests a client (with "1m", a run over ~3 minutes admitted them all).
     assert!(limited > 0 && ok > 0, "both outcomes: {ok} / {limited}");
     assert!(
         grown < 3 << 19,
