@@ -35,7 +35,7 @@ async fn rss_stays_flat_without_a_scrape_in_envoy_mode() {
     write(
         dir.path(),
         "ratelimit.yaml",
-        "domain: flat\ndescriptors:\n  - key: remote_address\n    rate_limit: {unit: minute, requests_per_unit: 60}\n",
+        "domain: flat\ndescriptors:\n  - key: remote_address\n    rate_limit: {unit: hour, requests_per_unit: 60}\n",
     );
     let path = write(
         dir.path(),

@@ -41,7 +41,7 @@ timeout = "2s"
 name = "default"
 algorithm = "token_bucket"
 limit = 60
-period = "1m"
+period = "1h"
 
 [[routes]]
 path = "/"
