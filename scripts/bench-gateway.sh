@@ -39,45 +39,13 @@ NGINX=$(command -v nginx || echo /usr/sbin/nginx)
 for bin in sluicegate bench_peer; do
   [ -x "$REL/$bin" ] || { echo "$REL/$bin is missing: build it first (see the top of $0)" >&2; exit 1; }
 done
-WORK=$(mktemp -d)
-PIDS=()
-cleanup() {
-  # SIGINT: Pingora's fast shutdown (on SIGTERM it drains for minutes); the others stop on either.
-  for p in "${PIDS[@]}"; do kill -INT "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "$WORK"
-}
-trap cleanup EXIT
-port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-wait_port() { for _ in $(seq 200); do (echo >/dev/tcp/127.0.0.1/"$1") 2>/dev/null && return; sleep 0.1; done; echo "port $1 never opened" >&2; exit 1; }
-# CPU ticks (user + system, all threads) of processes and their child processes.
-ticks() {
-  local total=0 pid
-  for pid in "$@" $(for p in "$@"; do pgrep -P "$p" || true; done); do
-    [ -r "/proc/$pid/stat" ] || continue
-    total=$((total + $(awk '{print $14 + $15}' "/proc/$pid/stat")))
-  done
-  echo "$total"
-}
-# measure URL PID... -> "rps p50 p99 non2xx cpu_us_per_request"
-measure() {
-  local url=$1; shift
-  local before after out
-  before=$(ticks "$@")
-  out=$(wrk -t"$THREADS" -c"$CONN" -d"$DUR" --latency "$url")
-  after=$(ticks "$@")
-  local rps p50 p99 errors requests
-  rps=$(awk '/Requests\/sec/ {print $2}' <<<"$out")
-  p50=$(awk '$1=="50%" {print $2}' <<<"$out")
-  p99=$(awk '$1=="99%" {print $2}' <<<"$out")
-  errors=$(awk '/Non-2xx/ {print $5}' <<<"$out")
-  requests=$(awk '/requests in/ {print $1}' <<<"$out")
-  local cpu
-  cpu=$(awk -v t=$((after - before)) -v n="$requests" -v hz="$(getconf CLK_TCK)" 'BEGIN {printf "%.1f", t / hz * 1e6 / n}')
-  echo "$rps $p50 $p99 ${errors:-0} $cpu"
-}
+# shellcheck source=scripts/bench-lib.sh
+. "$ROOT/scripts/bench-lib.sh"
+bench_workdir
+# measure URL PID -> "rps p50 p99 non2xx cpu_us_per_request"
+measure() { wrk_latency "$2" -- wrk -t"$THREADS" -c"$CONN" -d"$DUR" --latency "$1"; }
 
-P_UP=$(port); P_GW=$(port); P_API=$(port); P_NGX=$(port); P_HYP=$(port); P_PGR=$(port)
+P_UP=$(free_port); P_GW=$(free_port); P_API=$(free_port); P_NGX=$(free_port); P_HYP=$(free_port); P_PGR=$(free_port)
 cat >"$WORK/bench.toml" <<TOML
 [server]
 listen = "127.0.0.1:$P_API"
@@ -97,34 +65,7 @@ key = "ip"
 listen = "127.0.0.1:$P_GW"
 upstream = "http://127.0.0.1:$P_UP"
 TOML
-mkdir -p "$WORK/tmp"
-cat >"$WORK/nginx.conf" <<NGX
-worker_processes 2;
-daemon off;
-pid $WORK/nginx.pid;
-error_log $WORK/error.log warn;
-events { worker_connections 1024; }
-http {
-    access_log off;
-    client_body_temp_path $WORK/tmp/body;
-    proxy_temp_path $WORK/tmp/proxy;
-    fastcgi_temp_path $WORK/tmp/fastcgi;
-    uwsgi_temp_path $WORK/tmp/uwsgi;
-    scgi_temp_path $WORK/tmp/scgi;
-    limit_req_zone \$binary_remote_addr zone=bench:10m rate=100000000r/s;
-    upstream up { server 127.0.0.1:$P_UP; keepalive 64; }
-    server {
-        listen 127.0.0.1:$P_NGX;
-        location / {
-            limit_req zone=bench burst=100000000 nodelay;
-            proxy_pass http://up;
-            proxy_http_version 1.1;
-            proxy_set_header Connection "";
-            proxy_set_header X-Forwarded-For \$proxy_add_x_forwarded_for;
-        }
-    }
-}
-NGX
+nginx_proxy_conf "$P_UP" 64 "listen 127.0.0.1:$P_NGX;"
 
 "$REL/bench_peer" upstream "127.0.0.1:$P_UP" >/dev/null & PIDS+=($!)
 "$NGINX" -p "$WORK" -c "$WORK/nginx.conf" -e "$WORK/error.log" & PID_NGX=$!; PIDS+=($PID_NGX)
@@ -140,7 +81,7 @@ if [ -x "$REL/pingora-peer" ]; then
 fi
 # BASELINE=path/to/an/older/sluicegate adds it as one more target (before/after a change).
 if [ -n "${BASELINE:-}" ]; then
-  P_GW0=$(port); P_API0=$(port)
+  P_GW0=$(free_port); P_API0=$(free_port)
   sed -e "s/:$P_GW\"/:$P_GW0\"/" -e "s/:$P_API\"/:$P_API0\"/" "$WORK/bench.toml" >"$WORK/baseline.toml"
   RUST_LOG=warn "$BASELINE" serve --config "$WORK/baseline.toml" >/dev/null & PID_SG0=$!; PIDS+=($PID_SG0)
   TARGETS+=(baseline); PORTS+=("$P_GW0"); PROCS+=("$PID_SG0"); NAMES+=("sluicegate gateway (BASELINE)")
@@ -166,14 +107,15 @@ for r in $(seq "$ROUNDS"); do
     CPU[${TARGETS[$i]}]+="$cpu "
   done
 done
-median() { tr ' ' '\n' <<<"$1" | grep . | sort -g | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
 echo
 echo "| proxy | requests/s (median) | vs nginx | CPU µs/request (median) | vs nginx (nginx CPU / this) |"
 echo "|---|---|---|---|---|"
-nrps=$(median "${RPS[nginx]}"); ncpu=$(median "${CPU[nginx]}")
+# shellcheck disable=SC2086
+nrps=$(median ${RPS[nginx]}); ncpu=$(median ${CPU[nginx]})
 for i in "${!TARGETS[@]}"; do
   t=${TARGETS[$i]}
-  rps=$(median "${RPS[$t]}"); cpu=$(median "${CPU[$t]}")
+  # shellcheck disable=SC2086
+  rps=$(median ${RPS[$t]}); cpu=$(median ${CPU[$t]})
   awk -v n="${NAMES[$i]}" -v r="$rps" -v nr="$nrps" -v c="$cpu" -v nc="$ncpu" \
     'BEGIN {printf "| %s | %.0f | %.2f× | %.1f | %.2f× |\n", n, r, r / nr, c, nc / c}'
 done

@@ -160,6 +160,8 @@ http {
             proxy_pass http://up;
             proxy_http_version 1.1;
             proxy_set_header Connection "";
+            # Sluicegate's gateway adds it too: the same work on both sides.
+            proxy_set_header X-Forwarded-For \$proxy_add_x_forwarded_for;
         }
     }
 }
