@@ -99,12 +99,26 @@ side_by_side() {
   echo "| $name | $peer | $rounds | $(median "${pr[@]}") | $(median "${or[@]}") | **$(median "${tr[@]}")×** ($range_t) | $(median "${pc[@]}") | $(median "${oc[@]}") | **$(median "${cr[@]}")×** ($range_c) |"
 }
 
-# A scratch directory in $WORK and a PIDS array whose processes are stopped on exit (by
-# SIGINT: Pingora drains for minutes on SIGTERM; the others stop on either).
+# A scratch directory in $WORK and a PIDS array whose processes are stopped on exit.
 bench_workdir() {
   WORK=$(mktemp -d)
   PIDS=()
-  trap 'for p in "${PIDS[@]}"; do kill -INT "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$WORK"' EXIT
+  trap 'stop_all; rm -rf "$WORK"' EXIT
+}
+
+# Stops every process in PIDS: SIGINT first (Pingora drains for minutes on SIGTERM), then
+# SIGTERM (a script's background children that install no handler ignore SIGINT), then
+# SIGKILL, so the script never waits forever on one.
+stop_all() {
+  local p signal
+  for signal in INT TERM KILL; do
+    for p in "${PIDS[@]}"; do kill -"$signal" "$p" 2>/dev/null || true; done
+    for _ in $(seq 20); do
+      kill -0 "${PIDS[@]}" 2>/dev/null || break
+      sleep 0.1
+    done
+  done
+  wait 2>/dev/null || true
 }
 
 # wrk_latency PIDS -- WRK_COMMAND...   prints "requests_per_s p50 p99 non2xx cpu_us_per_request"
