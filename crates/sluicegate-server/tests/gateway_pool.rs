@@ -23,6 +23,9 @@ struct Seen {
     open: AtomicUsize,
     /// Close every connection after one response (without saying so in `Connection`).
     close_after_each: AtomicBool,
+    /// Late `/slow` answers written (or whose write failed): the moment they can reach the
+    /// gateway has passed.
+    late: AtomicUsize,
 }
 
 const BIG: usize = 8 * 1024 * 1024;
@@ -65,9 +68,12 @@ async fn serve(mut socket: TcpStream, seen: &Seen) {
             _ => format!("ok:{path}").into_bytes(),
         };
         let head = format!("HTTP/1.1 200 OK\r\ncontent-length: {}\r\n\r\n", body.len());
-        if socket.write_all(head.as_bytes()).await.is_err()
-            || socket.write_all(&body).await.is_err()
-        {
+        let written = socket.write_all(head.as_bytes()).await.is_ok()
+            && socket.write_all(&body).await.is_ok();
+        if path == "/slow" {
+            seen.late.fetch_add(1, Ordering::SeqCst);
+        }
+        if !written {
             return;
         }
         if seen.close_after_each.load(Ordering::SeqCst) {
@@ -190,7 +196,10 @@ async fn a_response_that_came_too_late_is_not_given_to_the_next_request() {
             (200, format!("ok:{path}"))
         );
     }
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    eventually("the upstream has sent its late answer", || async {
+        seen.late.load(Ordering::SeqCst) == 1
+    })
+    .await;
     for i in 0..5 {
         let path = format!("/later{i}");
         assert_eq!(
