@@ -27,6 +27,7 @@ pub const MAX_KEY_LEN: usize = 1024;
 /// assert!(check_key("").is_err());
 /// assert!(check_key(&"k".repeat(MAX_KEY_LEN + 1)).is_err());
 /// ```
+#[inline]
 pub fn check_key(key: &str) -> Result<(), StoreError> {
     if key.is_empty() || key.len() > MAX_KEY_LEN {
         return Err(StoreError::InvalidKey(key.len()));
@@ -37,7 +38,7 @@ pub fn check_key(key: &str) -> Result<(), StoreError> {
 /// The one cost rule: a request's cost is within each policy's capacity (a larger one
 /// could never be admitted).
 #[inline]
-fn check_cost(policy: &Policy, cost: u64) -> Result<(), StoreError> {
+pub(crate) fn check_cost(policy: &Policy, cost: u64) -> Result<(), StoreError> {
     if cost > policy.capacity() {
         return Err(cost_over_capacity(policy, cost));
     }

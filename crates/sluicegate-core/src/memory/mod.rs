@@ -208,12 +208,24 @@ impl<C: Clock> MemoryStore<C> {
     }
 
     /// Decides synchronously (the store never waits on I/O).
+    ///
+    /// Inlined into the caller so that a request under one policy (the common one) calls
+    /// nothing but the decision itself; several policies take [`MemoryStore::check_many`].
+    #[inline]
     pub fn check_now(&self, request: CheckRequest<'_>) -> Result<Verdict, StoreError> {
-        request.validate()?;
         if let [policy] = request.policies {
-            let item = KeyedCheck::new(policy, request.key, request.cost);
-            return Ok(self.decide_one(&item, self.clock.now()));
+            // `CheckRequest::validate` for one policy (no duplicate possible).
+            crate::store::check_key(request.key)?;
+            crate::store::check_cost(policy, request.cost)?;
+            return Ok(self.decide_one(policy, request.key, request.cost, self.clock.now()));
         }
+        self.check_many(request)
+    }
+
+    /// [`MemoryStore::check_now`] for any number of policies, out of line.
+    #[inline(never)]
+    fn check_many(&self, request: CheckRequest<'_>) -> Result<Verdict, StoreError> {
+        request.validate()?;
         let items: Vec<KeyedCheck<'_>> = request
             .policies
             .iter()
@@ -232,36 +244,27 @@ impl<C: Clock> MemoryStore<C> {
         fp.shard(self.shards.len())
     }
 
-    /// One policy: one lock, one probe of the key's cells, no allocation. A key with an
-    /// override, a policy with a penalty, or a new key in a full shard take the general
-    /// steps (evaluate, then commit), as several policies do.
-    fn decide_one(&self, item: &KeyedCheck<'_>, now: Micros) -> Verdict {
-        let r = self.registry.get_or_add(item.policy);
-        let fp = self.hasher.fingerprint(item.key);
+    /// One policy: one lock, one probe of the key's cells, no allocation. A shard holding
+    /// overrides, a policy with a penalty, or a new key in a full shard take the general
+    /// steps ([`StoreShard::decide_general`], out of line), as several policies do.
+    #[inline]
+    fn decide_one(&self, policy: &Arc<Policy>, key: &str, cost: u64, now: Micros) -> Verdict {
+        let r = self.registry.get_or_add(policy);
+        let fp = self.hasher.fingerprint(key);
+        let target = Target {
+            r,
+            policy,
+            fp,
+            numbers: None,
+        };
         let decision = {
             let mut shard = self.shards[self.shard_of(fp)].lock();
-            let mut target = Target {
-                r,
-                policy: item.policy,
-                fp,
-                numbers: None,
-            };
-            let numbers = shard.resolve(&target, now);
-            target.numbers = numbers.as_deref();
-            match shard.check_one(&target, now, item.cost) {
+            match shard.check_one(&target, now, cost) {
                 Some(decision) => decision,
-                None => {
-                    let decision = shard.evaluate(target, now, item.cost);
-                    // One policy: it consumes iff it admits (a shadow denial takes nothing).
-                    if decision.allowed {
-                        shard.commit(target, now, item.cost, &decision, &|_, _| false);
-                    }
-                    shard.sweep(r.index, now);
-                    decision
-                }
+                None => shard.decide_general(target, now, cost),
             }
         };
-        let mut verdict = Verdict::combine_one(Arc::clone(item.policy), decision);
+        let mut verdict = Verdict::combine_one(Arc::clone(policy), decision);
         verdict.at = now;
         verdict
     }
@@ -271,7 +274,7 @@ impl<C: Clock> MemoryStore<C> {
     fn decide(&self, items: &[KeyedCheck<'_>]) -> Verdict {
         let now = self.clock.now();
         if let [item] = items {
-            return self.decide_one(item, now);
+            return self.decide_one(item.policy, item.key, item.cost, now);
         }
         let parts: Vec<(PolicyRef, Fingerprint, usize)> = items
             .iter()

@@ -92,19 +92,32 @@ struct KeyOverride {
 type Overrides = HashMap<Fingerprint, Vec<KeyOverride>, foldhash::fast::RandomState>;
 
 /// One policy's table in a shard: the registry id of the version it holds, its lineage.
+///
+/// Laid out for the one-policy check, which reads `id`, the table's tag, its algorithm and
+/// the front of its cells' bookkeeping: all in the cell's first two cache lines (its own
+/// lines: aligned to 64 bytes), where by default `id` came after the table, on a third.
+#[repr(C, align(64))]
 struct TableCell {
     id: u64,
-    lineage: u64,
     table: AnyTable,
+    lineage: u64,
 }
 
 /// One table per policy (by registry index) for the keys of this shard, and their count.
+///
+/// `repr(C)`, the fields a one-policy check reads first: with the mutex's byte in front
+/// they fill the shard's first cache line, so a check loads one line of the shard, not
+/// three (where the default layout put them).
+#[repr(C)]
 pub(crate) struct StoreShard {
-    tables: Vec<Option<TableCell>>,
     count: usize,
     cap: usize,
     /// This shard's share of `max_memory`, bytes (`usize::MAX`: no bound in bytes).
     byte_cap: usize,
+    /// Whether `overrides` holds anything (kept with it): the one-policy check's test,
+    /// on the first line, where the map's own length is not.
+    any_override: bool,
+    tables: Vec<Option<TableCell>>,
     /// Only keys some policy with a `penalty` denied; at most `cap` of them.
     penalties: Penalties,
     /// Keys with their own numbers (set by an administrator or the config, not by clients).
@@ -126,6 +139,7 @@ impl StoreShard {
             count: 0,
             cap: cap.max(1),
             byte_cap,
+            any_override: false,
             penalties: Penalties::default(),
             overrides: Overrides::default(),
         }
@@ -237,6 +251,7 @@ impl StoreShard {
             list.swap_remove(at);
             if list.is_empty() {
                 self.overrides.remove(&t.fp);
+                self.any_override = !self.overrides.is_empty();
             }
         }
         self.carry_key(t, written.as_deref(), numbers.as_deref(), now);
@@ -297,6 +312,7 @@ impl StoreShard {
         if list.is_empty() {
             self.overrides.remove(&t.fp);
         }
+        self.any_override = !self.overrides.is_empty();
         true
     }
 
@@ -343,12 +359,20 @@ impl StoreShard {
     /// One policy's whole decision in one pass, when nothing but its table is involved:
     /// evaluate, consume if admitted (one probe of the key's cells), then the table's
     /// sweep steps. `None`, having changed nothing, when the general path
-    /// ([`StoreShard::evaluate`], [`StoreShard::commit`], [`StoreShard::sweep`]) must
-    /// decide: the key has its own numbers (an override), the policy a penalty, its table
-    /// is not there yet or holds another version of it (a reload), or a new key needs room
-    /// made first.
+    /// ([`StoreShard::decide_general`]) must decide: the shard holds overrides (the key
+    /// may have its own numbers), the policy has a penalty, its table is not there yet or
+    /// holds another version of it (a reload), or a new key needs room made first.
     #[inline]
     pub(crate) fn check_one(&mut self, t: &Target<'_>, now: Micros, cost: u64) -> Option<Decision> {
+        if self.any_override {
+            return None;
+        }
+        self.check_resolved(t, now, cost)
+    }
+
+    /// [`StoreShard::check_one`] once the key's numbers are known (`t.numbers`).
+    #[inline]
+    fn check_resolved(&mut self, t: &Target<'_>, now: Micros, cost: u64) -> Option<Decision> {
         if t.numbers.is_some() || t.policy.penalty() != 0 {
             return None;
         }
@@ -369,9 +393,39 @@ impl StoreShard {
         let decision = held.table.check(t.fp, check, &mut self.count)?;
         if self.byte_cap != usize::MAX && decision.allowed && cost > 0 {
             // A sliding log may have grown.
-            self.shed(*t, now, &|_, _| false);
+            self.shed_after_check(t, now);
         }
         Some(decision)
+    }
+
+    /// [`StoreShard::shed`] after a one-policy check, out of the hot path.
+    #[cold]
+    #[inline(never)]
+    fn shed_after_check(&mut self, t: &Target<'_>, now: Micros) {
+        self.shed(*t, now, &|_, _| false);
+    }
+
+    /// One policy's decision when [`StoreShard::check_one`] declined: the key's numbers
+    /// are resolved (an override, carried over if they changed), then the one-pass check
+    /// is tried with them, else evaluate, commit if admitted (one policy consumes iff it
+    /// admits: a shadow denial takes nothing), and sweep. Out of line: the one-policy
+    /// hot path stays small.
+    #[inline(never)]
+    pub(crate) fn decide_general(&mut self, t: Target<'_>, now: Micros, cost: u64) -> Decision {
+        let numbers = self.resolve(&t, now);
+        let t = Target {
+            numbers: numbers.as_deref(),
+            ..t
+        };
+        if let Some(decision) = self.check_resolved(&t, now, cost) {
+            return decision;
+        }
+        let decision = self.evaluate(t, now, cost);
+        if decision.allowed {
+            self.commit(t, now, cost, &decision, &|_, _| false);
+        }
+        self.sweep(t.r.index, now);
+        decision
     }
 
     /// Keeps a penalty, within the shard's bound: expired penalties make room; when every
@@ -601,6 +655,7 @@ impl StoreShard {
             effective: None,
             written,
         });
+        self.any_override = true;
     }
 
     /// Restores one state from a snapshot (see [`PolicyTable::load_entry`](super::typed::PolicyTable::load_entry)); `None` when
@@ -670,6 +725,38 @@ mod tests {
     use super::*;
     use crate::AlgorithmKind;
     use crate::memory::fingerprint::KeyHasher;
+
+    /// The layout the one-policy check relies on (see `StoreShard` and `TableCell`): the
+    /// shard's hot fields on the line of its mutex; a gcra table's id, tag, algorithm and
+    /// the front of its bookkeeping (48 bytes) within the cell's first two lines.
+    #[test]
+    fn a_one_policy_check_reads_one_line_of_the_shard_and_two_of_the_table() {
+        use std::mem::{offset_of, size_of};
+        let shard = Padded(parking_lot::Mutex::new(StoreShard::new(8, usize::MAX)));
+        let data = &*shard.lock() as *const StoreShard as usize - &shard as *const _ as usize;
+        let hot_end = offset_of!(StoreShard, tables) + size_of::<Vec<Option<TableCell>>>();
+        assert!(
+            data + hot_end <= 64,
+            "hot fields end at byte {}",
+            data + hot_end
+        );
+
+        let policy = Policy::builder("p", AlgorithmKind::Gcra, 1, Duration::from_secs(1))
+            .build()
+            .unwrap();
+        let cell = TableCell {
+            id: 1,
+            table: table_for(&policy, 8),
+            lineage: 1,
+        };
+        assert_eq!(offset_of!(TableCell, id), 0);
+        let raw = offset_of!(TableCell, table) + cell.table.raw_offset();
+        assert!(
+            raw + 48 <= 128,
+            "the table's bookkeeping starts at byte {raw}"
+        );
+        assert_eq!(cell.lineage, cell.id);
+    }
 
     /// A full shard of 63 live states and one expired state: a new key evicts the expired
     /// one, although the CLOCK alone would almost surely pick a live one (every reference

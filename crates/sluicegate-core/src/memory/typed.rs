@@ -121,7 +121,9 @@ pub(crate) struct OneCheck<'a> {
 /// policy's), `Some` for a key with an override (see [`crate::overrides`]).
 pub(crate) type Numbers<'a> = Option<&'a Policy>;
 
-/// A [`PolicyTable`] for one algorithm.
+/// A [`PolicyTable`] for one algorithm. `repr(C)`, the algorithm first and then the cells'
+/// bookkeeping (whose hot fields lead): see `TableCell` in `shard.rs`.
+#[repr(C)]
 pub(crate) struct TypedTable<A: Algorithm> {
     alg: A,
     raw: RawTable<A::State>,
@@ -155,6 +157,9 @@ macro_rules! alg_for {
 /// box) and the one-policy check ([`AnyTable::check`]) is a branch on the algorithm and
 /// an inlined call, not an indirect one. The rarer operations go through
 /// [`PolicyTable`] as a trait object (`Deref`), written once for every algorithm.
+// `repr(u8)`: the tag first, then the table, at an offset known to `TableCell`'s layout
+// (by default the tag was a niche somewhere inside one of the tables).
+#[repr(u8)]
 pub(crate) enum AnyTable {
     FixedWindow(TypedTable<FixedWindow>),
     SlidingLog(TypedTable<SlidingLog>),
@@ -190,6 +195,15 @@ impl AnyTable {
         count: &mut usize,
     ) -> Option<Decision> {
         each_table!(self, |t| t.check(fp, c, count))
+    }
+}
+
+impl AnyTable {
+    /// Where the cells' bookkeeping starts, in bytes from the table (a layout test's view).
+    #[cfg(test)]
+    pub(crate) fn raw_offset(&self) -> usize {
+        let start = self as *const AnyTable as usize;
+        each_table!(self, |t| &t.raw as *const _ as usize - start)
     }
 }
 
