@@ -6,18 +6,24 @@
 #   2. `sync`: store.sync (SyncedStore, local decisions, counts exchanged every 100 ms) vs
 #      exact mode (RedisStore), decisions/s per instance and redis-server CPU per decision,
 #      on 10,000 keys and on one hot key.
-# Usage: scripts/bench-redis.sh [SECONDS_PER_ROUND] [ROUNDS]   (defaults 3 and 5)
+# On 2+ CPUs both run with --pin: redis-server on CPU 0, every client on CPU 1 (see
+# crates/sluicegate-redis/benches/common/pin.rs).
+# Usage: scripts/bench-redis.sh [SECONDS_PER_ROUND] [ROUNDS]   (defaults 5 and 9)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-seconds=${1:-3}
-rounds=${2:-5}
+seconds=${1:-5}
+rounds=${2:-9}
+pin=()
+if [ "$(nproc)" -ge 2 ] && command -v taskset >/dev/null; then
+  pin=(--pin)
+fi
 echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)" >&2
 echo "### Redis store vs redis-benchmark (raw script)"
-cargo bench -q -p sluicegate-redis --bench throughput -- --seconds "$seconds" --rounds "$rounds"
+cargo bench -q -p sluicegate-redis --bench throughput -- --seconds "$seconds" --rounds "$rounds" "${pin[@]}"
 echo
 echo "### store.sync vs exact mode, 10,000 keys"
-cargo bench -q -p sluicegate-redis --bench sync -- --seconds "$seconds" --rounds "$rounds" --keys 10000
+cargo bench -q -p sluicegate-redis --bench sync -- --seconds "$seconds" --rounds "$rounds" "${pin[@]}" --keys 10000
 echo
 echo "### store.sync vs exact mode, one hot key"
-cargo bench -q -p sluicegate-redis --bench sync -- --seconds "$seconds" --rounds "$rounds" --keys 1
+cargo bench -q -p sluicegate-redis --bench sync -- --seconds "$seconds" --rounds "$rounds" "${pin[@]}" --keys 1
 echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)" >&2

@@ -4,13 +4,18 @@ callgrind (unlike CPU time, the count does not depend on what else the machine i
 
   raw    benches/raw_token_bucket.lua by EVALSHA, one decision a call, 16 pipelined;
   store  the store's entry script (production source: the clock is the server's), calls of
-         64 single-policy requests as RedisStore::check_batch sends them (uniform form).
+         64 single-policy requests as RedisStore::check_batch sends them (uniform form),
+         with the override flag (`bench!overrides`, set to "0": no override exists) and
+         the keys marked distinct;
+  store-noflag  the same calls without the flag (the script reads every key's override:
+         what a Redis Cluster sends, and the only form of scripts before the flag).
 
 Each starts its own redis-server under callgrind (collecting in readQueryFromClient and
 handleClientsWithPendingWrites only: parsing, executing, replying), decides N calls once to
 create the keys, zeroes the counters, decides N more calls on other keys of the same
 10,000 and divides the count by the decisions.
-Usage: scripts/callgrind-redis-script.py [raw] [store] [SCRIPT_DIR]   (N=40 calls; env N)
+Usage: scripts/callgrind-redis-script.py [raw] [store] [store-noflag] [SCRIPT_DIR]
+       (N=40 calls; env N)
 """
 import glob, os, random, socket, subprocess, sys, time
 
@@ -63,11 +68,16 @@ def raw_call(sha, i):
     return enc(['EVALSHA', sha, 1, 'raw:{key-%d}:tb' % (i * 104729 % KEYS), 1, 1000, 1000, 1]), 1
 
 
-def store_call(sha, i):
+def store_call(sha, i, flag=True):
     keys = ['bench:{key-%d}:tb' % ((i * B + j) * 104729 % KEYS) for j in range(B)]
+    op = 'check'
+    if flag:
+        # As RedisStore sends it: the flag key last; the 64 keys are distinct.
+        keys.append('bench!overrides')
+        op = 'check+!'
     # One token_bucket policy (1000/s: limit 1, period 1000 after the gcd), 64 requests of
     # cost 1 in the uniform form (policy 1, cost 1 once).
-    return enc(['EVALSHA', sha, B, *keys, '', 'check', 1, 4, 0, 1, 1000, 1000, -1, 0, 1000,
+    return enc(['EVALSHA', sha, len(keys), *keys, '', op, 1, 4, 0, 1, 1000, 1000, -1, 0, 1000,
                 1000000, 0, 0, B, 1, 1]), B
 
 
@@ -91,7 +101,9 @@ def run(what, script_dir):
             source, make, calls, pipe = open(os.path.join(ROOT, 'benches', 'raw_token_bucket.lua')).read(), raw_call, N * B, 16
         else:
             source = '\n'.join(open(os.path.join(script_dir, p)).read() for p in PARTS)
-            make, calls, pipe = store_call, N, 1
+            flag = what == 'store'
+            make, calls, pipe = (lambda sha, i: store_call(sha, i, flag)), N, 1
+            conn.cmd('SET', 'bench!overrides', '0')
         sha = conn.cmd('SCRIPT', 'LOAD', source).decode()
         for i in range(calls):
             conn.s.sendall(make(sha, i)[0])
@@ -118,11 +130,12 @@ def run(what, script_dir):
 
 
 def main():
+    modes = ('raw', 'store', 'store-noflag')
     args = sys.argv[1:] or ['raw', 'store']
-    dirs = [a for a in args if a not in ('raw', 'store')]
+    dirs = [a for a in args if a not in modes]
     script_dir = dirs[0] if dirs else os.path.join(ROOT, 'src', 'script')
-    for what in (a for a in args if a in ('raw', 'store')):
-        print('%-6s %8.0f instructions/decision' % (what, run(what, script_dir)), flush=True)
+    for what in (a for a in args if a in modes):
+        print('%-12s %8.0f instructions/decision' % (what, run(what, script_dir)), flush=True)
 
 
 if __name__ == '__main__':

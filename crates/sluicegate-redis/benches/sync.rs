@@ -5,7 +5,8 @@
 //! (fixed_window) and key space. Also the CPU per decision of this process and of
 //! redis-server (`INFO cpu`). Prints a Markdown table of medians and ratios.
 //!
-//! `cargo bench -p sluicegate-redis --bench sync -- [--seconds 3] [--rounds 5] [--keys 10000]`
+//! `cargo bench -p sluicegate-redis --bench sync -- [--seconds 3] [--rounds 5] [--keys 10000] [--pin]`
+//! (`--pin`: redis-server on CPU 0, this process on CPU 1; see common/pin.rs).
 
 use std::net::TcpListener;
 use std::process::{Child, Command, Stdio};
@@ -15,6 +16,9 @@ use std::time::{Duration, Instant};
 
 use sluicegate_core::{AlgorithmKind, CheckRequest, Policy, Store};
 use sluicegate_redis::{RedisConfig, RedisStore, SyncOptions, SyncedStore};
+
+#[path = "common/pin.rs"]
+mod pin;
 
 /// Concurrent tasks deciding in this process (as many as exact mode needs in flight).
 const TASKS: usize = 256;
@@ -29,14 +33,14 @@ impl Drop for Server {
     }
 }
 
-fn start_server() -> Server {
+fn start_server(cpu: Option<&str>) -> Server {
     let port = TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
         .unwrap()
         .port();
     let server = Server(
-        Command::new("redis-server")
+        pin::command("redis-server", cpu)
             .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
             .args(["--save", "", "--appendonly", "no"])
             .stdout(Stdio::null())
@@ -168,7 +172,11 @@ fn main() {
             _ => {}
         }
     }
-    let server = start_server();
+    let pin = args.iter().any(|a| a == "--pin");
+    if pin {
+        pin::pin_self(pin::CLIENT_CPU);
+    }
+    let server = start_server(pin.then_some(pin::SERVER_CPU));
     let port = server.1;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -211,25 +219,33 @@ fn main() {
         let s = measure(port, seconds, || {
             runtime.block_on(rate(Arc::clone(&synced), Arc::clone(&keys), seconds))
         });
+        // This process's CPU share (cores busy) tells a round it was descheduled in (the
+        // machine) from one where each decision cost more (the code).
         eprintln!(
-            "round {round}: exact {:.0}/s, sync {:.0}/s ({:.1}x); redis µs/decision {:.2} vs {:.3}",
+            "round {round}: exact {:.0}/s, sync {:.0}/s ({:.1}x); redis µs/decision {:.2} vs {:.3}; client µs/decision {:.2} vs {:.2}, cores busy {:.2} vs {:.2}",
             e.rate,
             s.rate,
             s.rate / e.rate,
             e.server_us,
-            s.server_us
+            s.server_us,
+            e.client_us,
+            s.client_us,
+            e.client_us * e.rate / 1e6,
+            s.client_us * s.rate / 1e6,
         );
         phases[0].push(e);
         phases[1].push(s);
     }
     let [exact, synced] = phases;
-    let ratio = median(
-        synced
-            .iter()
-            .zip(&exact)
-            .map(|(s, e)| s.rate / e.rate)
-            .collect(),
-    );
+    let ratios: Vec<f64> = synced
+        .iter()
+        .zip(&exact)
+        .map(|(s, e)| s.rate / e.rate)
+        .collect();
+    let (lo, hi) = ratios
+        .iter()
+        .fold((f64::MAX, f64::MIN), |(lo, hi), &x| (lo.min(x), hi.max(x)));
+    let ratio = median(ratios);
     let cpu_ratio = median(
         synced
             .iter()
@@ -239,7 +255,8 @@ fn main() {
     );
     let column = |of: &[Phase], f: fn(&Phase) -> f64| median(of.iter().map(f).collect());
     println!(
-        "| what ({keyspace} keys, {TASKS} tasks, median of {rounds} rounds × {seconds} s) | decisions/s | redis-server CPU µs/decision | client CPU µs/decision |"
+        "| what ({keyspace} keys, {TASKS} tasks, median of {rounds} rounds × {seconds} s{}) | decisions/s | redis-server CPU µs/decision | client CPU µs/decision |",
+        if pin { ", pinned" } else { "" }
     );
     println!("|---|---:|---:|---:|");
     for (name, of) in [
@@ -254,6 +271,6 @@ fn main() {
         );
     }
     println!(
-        "\nsync / exact decisions/s: median of per-round ratios {ratio:.1}x; redis-server CPU per decision exact / sync: {cpu_ratio:.0}x"
+        "\nsync / exact decisions/s: median of per-round ratios {ratio:.1}x (rounds {lo:.1}–{hi:.1}x); redis-server CPU per decision exact / sync: {cpu_ratio:.0}x"
     );
 }

@@ -4,7 +4,12 @@
 //! the same key space. Then the batch API. Rounds alternate the three so machine noise hits
 //! all alike; the medians and ratios are printed as a Markdown table.
 //!
-//! `cargo bench -p sluicegate-redis --bench throughput -- [--seconds 3] [--rounds 3]`
+//! `cargo bench -p sluicegate-redis --bench throughput -- [--seconds 3] [--rounds 3] [--pin]`
+//!
+//! `--pin` (2+ CPUs): redis-server runs on CPU 0 and every client, this process and
+//! redis-benchmark alike, on CPU 1 (`taskset`), so the server has a core to itself on both
+//! sides and neither client takes CPU from it: what a round measures is then the server's
+//! work per decision, the resource the store exists to save, not who won the scheduler.
 
 use std::net::TcpListener;
 use std::process::{Child, Command, Stdio};
@@ -14,6 +19,10 @@ use std::time::{Duration, Instant};
 
 use sluicegate_core::{AlgorithmKind, CheckRequest, Policy, Store};
 use sluicegate_redis::{RedisConfig, RedisStore};
+
+#[path = "common/pin.rs"]
+mod pin;
+use pin::{CLIENT_CPU, SERVER_CPU, command, pin_self};
 
 const KEYSPACE: usize = 10_000;
 /// redis-benchmark connections × pipeline depth = requests in flight.
@@ -31,7 +40,7 @@ impl Drop for Server {
     }
 }
 
-fn start_server() -> Server {
+fn start_server(cpu: Option<&str>) -> Server {
     let port = TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -39,7 +48,7 @@ fn start_server() -> Server {
         .port();
     // Owned by `Server` at once, so it is killed and reaped on every path.
     let server = Server(
-        Command::new("redis-server")
+        command("redis-server", cpu)
             .args([
                 "--port",
                 &port.to_string(),
@@ -87,10 +96,10 @@ fn policy() -> Arc<Policy> {
     )
 }
 
-fn raw_rate(port: u16, sha: &str, seconds: f64) -> f64 {
+fn raw_rate(port: u16, sha: &str, seconds: f64, cpu: Option<&str>) -> f64 {
     // limit 1000 per 1 s reduced by gcd(1000, 1_000_000) = 1000: limit 1, period 1000.
     let n = (140_000.0 * seconds) as usize;
-    let out = Command::new("redis-benchmark")
+    let out = command("redis-benchmark", cpu)
         .args([
             "-p",
             &port.to_string(),
@@ -232,18 +241,41 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
-fn main() {
-    let mut seconds = 3.0;
-    let mut rounds = 3;
+/// Command-line options.
+struct Options {
+    seconds: f64,
+    rounds: usize,
+    pin: bool,
+}
+
+fn options() -> Options {
+    let mut o = Options {
+        seconds: 3.0,
+        rounds: 3,
+        pin: false,
+    };
     let args: Vec<String> = std::env::args().collect();
+    o.pin = args.iter().any(|a| a == "--pin");
     for pair in args.windows(2) {
         match pair[0].as_str() {
-            "--seconds" => seconds = pair[1].parse().expect("--seconds N"),
-            "--rounds" => rounds = pair[1].parse().expect("--rounds N"),
+            "--seconds" => o.seconds = pair[1].parse().expect("--seconds N"),
+            "--rounds" => o.rounds = pair[1].parse().expect("--rounds N"),
             _ => {}
         }
     }
-    let server = start_server();
+    o
+}
+
+fn main() {
+    let o = options();
+    let (server_cpu, client_cpu) = if o.pin {
+        pin_self(CLIENT_CPU);
+        (Some(SERVER_CPU), Some(CLIENT_CPU))
+    } else {
+        (None, None)
+    };
+    let seconds = o.seconds;
+    let server = start_server(server_cpu);
     let port = server.1;
     let raw_script = include_str!("raw_token_bucket.lua");
     let sha = cli(port, &["script", "load", raw_script]);
@@ -267,71 +299,95 @@ fn main() {
     );
 
     let mut phases: [Vec<Phase>; 3] = [Vec::new(), Vec::new(), Vec::new()];
-    for round in 0..rounds {
+    for round in 0..o.rounds {
         let raw = measure(port, true, || {
-            let rate = raw_rate(port, &sha, seconds);
+            let rate = raw_rate(port, &sha, seconds, client_cpu);
             (rate, 140_000.0 * seconds / rate)
         });
-        let single = measure(port, false, || {
-            let rate = runtime.block_on(store_rate(
-                Arc::clone(&store),
-                Arc::clone(&keys),
-                seconds,
-                1,
-            ));
-            (rate, seconds)
-        });
-        let batch = measure(port, false, || {
-            let rate = runtime.block_on(store_rate(
-                Arc::clone(&store),
-                Arc::clone(&keys),
-                seconds,
-                BATCH,
-            ));
-            (rate, seconds)
+        let [single, batch] = [1, BATCH].map(|batch| {
+            measure(port, false, || {
+                let rate = runtime.block_on(store_rate(
+                    Arc::clone(&store),
+                    Arc::clone(&keys),
+                    seconds,
+                    batch,
+                ));
+                (rate, seconds)
+            })
         });
         eprintln!(
-            "round {round}: raw {:.0}/s, store {:.0}/s ({:.2}x), batch {:.0}/s ({:.2}x)",
+            "round {round}: raw {:.0}/s, store {:.0}/s ({:.2}x), batch {:.0}/s ({:.2}x); redis-server µs/decision raw {:.2}, store {:.2}, batch {:.2} (raw/batch {:.2}x)",
             raw.rate,
             single.rate,
             single.rate / raw.rate,
             batch.rate,
-            batch.rate / raw.rate
+            batch.rate / raw.rate,
+            raw.server_us,
+            single.server_us,
+            batch.server_us,
+            raw.server_us / batch.server_us,
         );
         for (all, phase) in phases.iter_mut().zip([raw, single, batch]) {
             all.push(phase);
         }
     }
+    report(&phases, &o);
+}
+
+/// The Markdown table: medians, and per-round ratios to raw with their range.
+fn report(phases: &[Vec<Phase>; 3], o: &Options) {
     let [raw, single, batched] = phases;
-    let ratio = |of: &[Phase]| median(of.iter().zip(&raw).map(|(p, r)| p.rate / r.rate).collect());
+    let range = |v: Vec<f64>| {
+        let (lo, hi) = v
+            .iter()
+            .fold((f64::MAX, f64::MIN), |(lo, hi), &x| (lo.min(x), hi.max(x)));
+        format!("{:.2} ({lo:.2}–{hi:.2})", median(v))
+    };
+    let rate_ratio =
+        |of: &[Phase]| range(of.iter().zip(raw).map(|(p, r)| p.rate / r.rate).collect());
+    let cpu_ratio = |of: &[Phase]| {
+        range(
+            of.iter()
+                .zip(raw)
+                .map(|(p, r)| r.server_us / p.server_us)
+                .collect(),
+        )
+    };
     let column = |of: &[Phase], f: fn(&Phase) -> f64| median(of.iter().map(f).collect());
+    let pinned = if o.pin {
+        ", redis-server on CPU 0, clients on CPU 1"
+    } else {
+        ""
+    };
     println!(
-        "| what | decisions/s (median of {rounds} rounds × {seconds} s) | × raw (median of per-round ratios) | redis-server CPU µs/decision | client CPU µs/decision |"
+        "| what ({} rounds × {} s{pinned}) | decisions/s (median) | × raw, decisions/s (median of rounds; range) | redis-server CPU µs/decision | raw / this, redis-server CPU per decision (median; range) | client CPU µs/decision |",
+        o.rounds, o.seconds
     );
-    println!("|---|---:|---:|---:|---:|");
+    println!("|---|---:|---:|---:|---:|---:|");
     let rows: [(String, &[Phase]); 3] = [
         (
             format!("redis-benchmark EVALSHA raw token bucket, -c {CLIENTS} -P {PIPELINE}"),
-            &raw,
+            raw,
         ),
         (
             format!("RedisStore::check, {IN_FLIGHT} concurrent tasks"),
-            &single,
+            single,
         ),
         (
             format!(
                 "RedisStore::check_batch ({BATCH} a call), {} concurrent tasks",
                 (IN_FLIGHT / BATCH).max(4)
             ),
-            &batched,
+            batched,
         ),
     ];
     for (name, of) in rows {
         println!(
-            "| {name} | {:.0} | {:.2} | {:.1} | {:.1} |",
+            "| {name} | {:.0} | {} | {:.2} | {} | {:.2} |",
             column(of, |p| p.rate),
-            ratio(of),
+            rate_ratio(of),
             column(of, |p| p.server_us),
+            cpu_ratio(of),
             column(of, |p| p.client_us)
         );
     }

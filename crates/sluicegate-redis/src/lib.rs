@@ -48,6 +48,7 @@ mod config;
 mod conn;
 mod keys;
 mod link;
+mod overrides;
 mod range;
 mod script;
 mod store;

@@ -22,6 +22,7 @@ use crate::keys::{
     override_key, placed_override_key, placed_state_key, settle_marker_key, state_key,
 };
 use crate::link::{Link, unavailable};
+use crate::overrides;
 use crate::range::params;
 use crate::script::{
     Item, Op, entry_script, invocation, settle_invocation, settle_script, verdicts,
@@ -58,6 +59,8 @@ pub struct RedisStore {
     inner: Arc<Inner>,
     probe: JoinHandle<()>,
     dispatcher: Option<JoinHandle<()>>,
+    /// Standalone only: settles the override flag once (`overrides::index`).
+    indexer: Option<JoinHandle<()>>,
 }
 
 pub(crate) struct Inner {
@@ -69,13 +72,15 @@ pub(crate) struct Inner {
     cache: Option<DenyCache>,
     /// Standalone only: single decisions go through the coalescing dispatcher.
     queue: Option<mpsc::Sender<Job>>,
+    /// Standalone only: the override flag's key, sent with every decision (overrides.rs).
+    override_flag: Option<String>,
 }
 
 impl Drop for RedisStore {
     fn drop(&mut self) {
         self.probe.abort();
-        if let Some(dispatcher) = &self.dispatcher {
-            dispatcher.abort();
+        for task in [&self.dispatcher, &self.indexer].into_iter().flatten() {
+            task.abort();
         }
     }
 }
@@ -115,6 +120,7 @@ impl RedisStore {
             let (sender, receiver) = mpsc::channel(QUEUE_DEPTH);
             (Some(sender), Some(receiver))
         };
+        let override_flag = (!target.is_cluster()).then(|| overrides::flag_key(&config.key_prefix));
         let inner = Arc::new(Inner {
             link: Link::new(target, config.timeout, probe_key(&config.key_prefix)),
             prefix: config.key_prefix.clone(),
@@ -122,6 +128,7 @@ impl RedisStore {
             settle_script: settle_script(),
             cache: config.local_cache.then(DenyCache::default),
             queue,
+            override_flag,
         });
         if !inner.link.probe_once(&inner.script).await {
             tracing::warn!(
@@ -132,10 +139,15 @@ impl RedisStore {
         let probe = tokio::spawn(probe_loop(Arc::downgrade(&inner), inner.link.waker()));
         let dispatcher =
             queued.map(|queued| tokio::spawn(dispatch(Arc::downgrade(&inner), queued)));
+        let indexer = inner
+            .override_flag
+            .is_some()
+            .then(|| tokio::spawn(index_loop(Arc::downgrade(&inner))));
         Ok(RedisStore {
             inner,
             probe,
             dispatcher,
+            indexer,
         })
     }
 
@@ -236,6 +248,25 @@ async fn probe_loop(inner: Weak<Inner>, wake: Arc<Notify>) {
     }
 }
 
+/// Settles the override flag (`overrides::index`), retrying until Redis answers.
+async fn index_loop(inner: Weak<Inner>) {
+    loop {
+        let done = match inner.upgrade() {
+            Some(inner) => match &inner.override_flag {
+                Some(flag) => overrides::index(&inner.link, &inner.prefix, flag)
+                    .await
+                    .is_ok(),
+                None => true,
+            },
+            None => return,
+        };
+        if done {
+            return;
+        }
+        tokio::time::sleep(PROBE_INTERVAL).await;
+    }
+}
+
 impl Inner {
     fn kind(&self) -> &'static str {
         self.link.kind()
@@ -279,7 +310,13 @@ impl Inner {
         requests: &[&[Item]],
         now: Option<Micros>,
     ) -> Result<Vec<Verdict>, StoreError> {
-        let invocation = invocation(&self.script, now, Op::Check, requests);
+        let invocation = invocation(
+            &self.script,
+            now,
+            Op::Check,
+            requests,
+            self.override_flag.as_deref(),
+        );
         let reply: Vec<i64> = self
             .link
             .run(move |mut conn| async move { invocation.invoke_async(&mut conn).await })
@@ -462,7 +499,8 @@ impl Inner {
         if cost == 0 {
             return Ok(());
         }
-        let invocation = invocation(&self.script, now, Op::Refund, &[&items]);
+        let flag = self.override_flag.as_deref();
+        let invocation = invocation(&self.script, now, Op::Refund, &[&items], flag);
         self.link.run(
             move |mut conn| async move { invocation.invoke_async::<redis::Value>(&mut conn).await },
         )
@@ -546,7 +584,8 @@ impl Inner {
             }
         }
         for (_, group) in groups {
-            let invocation = invocation(&self.script, now, Op::Refund, &[&group]);
+            let flag = self.override_flag.as_deref();
+            let invocation = invocation(&self.script, now, Op::Refund, &[&group], flag);
             self.link
                 .run(move |mut conn| async move {
                     invocation.invoke_async::<redis::Value>(&mut conn).await
@@ -587,6 +626,10 @@ impl Inner {
                 .with_override(value)
                 .map_err(|e| StoreError::Unsupported(e.to_string()))?;
             params(&numbers).map_err(|e| StoreError::Unsupported(e.to_string()))?;
+            // Before the override exists, so no decision after it is written skips it.
+            if let Some(flag) = &self.override_flag {
+                overrides::mark(&self.link, flag).await?;
+            }
         }
         // The placed copy first: the unplaced one is what `get_override` reads back, so a
         // failure in between leaves an override the caller is told was not set.

@@ -98,6 +98,10 @@ end
 -- A deleted key is remembered as false.
 local WRITTEN = {}
 
+-- Set by the entry script when the caller vouches that no state key appears twice in the
+-- call: nothing is read back, so the fast paths neither record nor look up their writes.
+local UNIQUE = false
+
 -- The numbers of the item being written ("limit,period,burst,zone" as the script reads
 -- them), set by the entry script before each commit or refund: every string state carries
 -- the numbers it was counted under after a "|", so a state met under other numbers (a
@@ -114,32 +118,37 @@ local function put(key, text, idle_at, now)
   WRITTEN[key] = text
 end
 
--- The script's time as text, set by the entry script: most states written in a call
--- record that instant, so it is formatted once.
-local NOW_TEXT = nil
+-- Integers the fast paths write, as text, memoised for the call: in a batch they mostly
+-- repeat (the script's time; a full bucket less one token; the current window; the TTL),
+-- and each fmt is a C call and a new Lua string. A value met once costs one more table
+-- lookup and store than fmt alone. Callers write `TEXTS[x] or text_of(x)`: no call on a hit.
+local TEXTS = {}
+local function text_of(x)
+  local text = fmt(x)
+  TEXTS[x] = text
+  return text
+end
 
 -- A fast path's write (M.fast of the algorithms that have one): the state "a b|sig" (or
 -- "a|sig" when `b` is nil), idle at `idle_at` (> now), the TTL rounded up as by ttl_ms:
--- the same text and TTL as put, inlined. `b` is often the script's time, formatted once a
--- call.
+-- the same text and TTL as put, inlined.
 local function put_pair(key, a, b, idle_at, now, sig)
   local body
   if b == nil then
-    body = fmt(a) .. '|' .. sig
+    body = (TEXTS[a] or text_of(a)) .. '|' .. sig
   else
-    local b_text = NOW_TEXT
-    if b ~= now or not b_text then
-      b_text = fmt(b)
-    end
-    body = fmt(a) .. ' ' .. b_text .. '|' .. sig
+    body = (TEXTS[a] or text_of(a)) .. ' ' .. (TEXTS[b] or text_of(b)) .. '|' .. sig
   end
   local ms = (idle_at - now) / 1000
   ms = ms + (-ms) % 1
   if ms < 1 then
     ms = 1
   end
-  rcall('SET', key, body, 'PX', fmt(ms + TTL_EXTRA_MS))
-  WRITTEN[key] = body
+  ms = ms + TTL_EXTRA_MS
+  rcall('SET', key, body, 'PX', TEXTS[ms] or text_of(ms))
+  if not UNIQUE then
+    WRITTEN[key] = body
+  end
 end
 
 -- Writes the state, or deletes it once it is indistinguishable from a fresh key.

@@ -2,10 +2,12 @@
 -- policies, in one atomic script call. Concatenated after common.lua and the seven algorithm
 -- files (see mod.rs).
 --
--- KEYS: one state key per item (a policy of a request), in order.
+-- KEYS: one state key per item (a policy of a request), in order; then, when ARGV[2] has
+--       "+", the store's override flag (`<prefix>!overrides`, see below).
 -- ARGV[1]  always "" in production: the time is the Redis server's (clock.lua); test
 --          builds (test_clock.lua) may put a caller's time in µs here
--- ARGV[2]  "check" or "refund"
+-- ARGV[2]  "check" or "refund", then "+" when the last KEY is the flag, then "!" when no
+--          state key appears twice in the call (the caller checked: see UNIQUE in common.lua)
 -- ARGV[3]  number of distinct policies P, then P times 10 fields:
 --          algorithm (1..7), shadow (0/1), limit, period, burst, max_delay (-1: not delay mode),
 --          penalty µs (0: none; see penalize in common.lua), the raw limit and period (as
@@ -30,12 +32,14 @@
 --
 -- Overrides: a key's own numbers under a policy live in "<state key without its
 -- algorithm tag>:override" (same hash tag, so the same slot), read in the same MGET as
--- the states (see with_override in common.lua).
+-- the states (see with_override in common.lua). The flag, when sent, says whether any
+-- override can exist: "0" once the store has found none (overrides.rs, index), set
+-- to "1" before any override is written, never back; absent (not yet indexed, flushed):
+-- read them. With "0" the overrides are not read at all: half the keys of the MGET.
 
 local CONSTRUCTORS = { fixed_window, sliding_log, sliding_window, token_bucket, leaky_bucket, gcra, concurrency }
 
 local now = script_now()
-NOW_TEXT = fmt(now)
 
 -- The policies, each parsed once however many requests of the batch use it.
 local built = {}
@@ -78,24 +82,53 @@ for p = 1, tonumber(ARGV[3]) do
   a = a + 11 + nb
 end
 
--- Every string state of the call and every key's override in one MGET (lists, i.e.
--- sliding logs, read as nil and are loaded by their algorithm), in slices that stay within
--- Lua's stack: values[i] is KEYS[i]'s state, values[#KEYS + i] its override.
-local wanted = {}
-for i = 1, #KEYS do
-  wanted[i] = KEYS[i]
-  -- Every algorithm tag is two characters (keys.rs): cheaper than a pattern substitution.
-  wanted[#KEYS + i] = string.sub(KEYS[i], 1, -3) .. 'override'
+-- The state keys: every KEY but the flag, if one was sent.
+local op, marks = match(ARGV[2], '^(%a+)(.*)$')
+local nkeys = #KEYS
+local flagged = string.find(marks, '+', 1, true) ~= nil
+if flagged then
+  nkeys = nkeys - 1
 end
-local values = {}
-for from = 1, #wanted, 200 do
-  local slice = rcall('MGET', unpack(wanted, from, min(from + 199, #wanted)))
-  for i = 1, #slice do
-    values[from + i - 1] = slice[i]
+UNIQUE = string.find(marks, '!', 1, true) ~= nil
+
+-- Reads `wanted` with MGET into `values` from index `at` on, in slices that stay within
+-- Lua's stack (lists, i.e. sliding logs, read as nil and are loaded by their algorithm).
+local function mget_into(values, at, wanted)
+  for from = 1, #wanted, 200 do
+    local slice = rcall('MGET', unpack(wanted, from, min(from + 199, #wanted)))
+    for i = 1, #slice do
+      values[at + from + i - 2] = slice[i]
+    end
   end
 end
 
-local check = ARGV[2] == 'check'
+-- Every string state of the call, and every key's override unless the flag rules them out:
+-- values[i] is KEYS[i]'s state, values[nkeys + i] its override. Without a flag, states and
+-- overrides share one MGET; with one, the states and the flag come first, then the
+-- overrides only if the flag is not "0".
+local wanted = {}
+for i = 1, nkeys do
+  wanted[i] = KEYS[i]
+end
+local values = {}
+local overrides = true
+if flagged then
+  wanted[nkeys + 1] = KEYS[nkeys + 1]
+  mget_into(values, 1, wanted)
+  overrides = values[nkeys + 1] ~= '0'
+  values[nkeys + 1] = nil
+  wanted = {}
+end
+if overrides then
+  local at = #wanted
+  for i = 1, nkeys do
+    -- Every algorithm tag is two characters (keys.rs): cheaper than a pattern substitution.
+    wanted[at + i] = string.sub(KEYS[i], 1, -3) .. 'override'
+  end
+  mget_into(values, nkeys - at + 1, wanted)
+end
+
+local check = op == 'check'
 local out = {}
 local o = 0
 local k = 0
@@ -115,7 +148,7 @@ local function generic(n, uq, ucost)
       p, cost = policies[tonumber(ARGV[a])], tonumber(ARGV[a + 1])
       a = a + 2
     end
-    local q = with_override(p, values[#KEYS + k] or nil)
+    local q = with_override(p, values[nkeys + k] or nil)
     local key = KEYS[k]
     local text = WRITTEN[key]
     if text == nil then
@@ -189,7 +222,6 @@ if uq then
 else
   a = a + 2
 end
-local nkeys = #KEYS
 for _ = 1, requests do
   local n, q, cost = 1, uq, ucost
   if not uq then
@@ -205,9 +237,12 @@ for _ = 1, requests do
   local done = nil
   if fast and not values[nkeys + k + 1] then
     local key = KEYS[k + 1]
-    local text = WRITTEN[key]
-    if text == nil then
-      text = values[k + 1]
+    local text = values[k + 1]
+    if not UNIQUE then
+      local written = WRITTEN[key]
+      if written ~= nil then
+        text = written
+      end
     end
     done = fast(q, key, text or nil, now, cost, out, o)
   end

@@ -6,6 +6,7 @@
 //! [`Call`] (the decisions) and `redis::Script` (the settle script) send `EVALSHA` and, on
 //! `NOSCRIPT` (a restarted or flushed server), load the script and retry.
 
+use std::collections::HashSet;
 use std::sync::Arc;
 
 use redis::aio::ConnectionLike;
@@ -164,27 +165,41 @@ impl Call<'_> {
 }
 
 /// Builds one script call carrying `requests` requests. Each distinct policy is sent once,
-/// however many requests of a batch use it; items refer to it by index.
+/// however many requests of a batch use it; items refer to it by index. `flag`: the store's
+/// override flag key (standalone), with which the script skips reading overrides while
+/// none can exist (see `overrides.rs`).
 pub(crate) fn invocation<'s>(
     script: &'s Script,
     now: Option<Micros>,
     op: Op,
     requests: &[&[Item]],
+    flag: Option<&str>,
 ) -> Call<'s> {
     let (distinct, index) = distinct_policies(requests);
     let mut cmd = redis::cmd("EVALSHA");
-    cmd.arg(script.get_hash()).arg(index.len());
+    cmd.arg(script.get_hash())
+        .arg(index.len() + usize::from(flag.is_some()));
     for item in requests.iter().flat_map(|items| items.iter()) {
         cmd.arg(&item.key);
+    }
+    if let Some(flag) = flag {
+        cmd.arg(flag);
     }
     match now {
         Some(now) => cmd.arg(now),
         None => cmd.arg(""),
     };
-    cmd.arg(match op {
+    let mut op = String::from(match op {
         Op::Check => "check",
         Op::Refund => "refund",
     });
+    if flag.is_some() {
+        op.push('+');
+    }
+    if unique_keys(requests) {
+        op.push('!');
+    }
+    cmd.arg(op);
     cmd.arg(distinct.len());
     // Calendar windows are computed here, where the time-zone database is; the script
     // places its own clock's time among them (see `calendar_bounds`).
@@ -226,6 +241,22 @@ pub(crate) fn invocation<'s>(
         }
     }
     Call { script, cmd }
+}
+
+/// Whether no state key appears twice among the items of a call: the script then does not
+/// keep its writes to read them back (UNIQUE in common.lua). Costs this process a hash of
+/// each key, which saves Redis more: a table write and a lookup a decision.
+fn unique_keys(requests: &[&[Item]]) -> bool {
+    let n = requests.iter().map(|items| items.len()).sum::<usize>();
+    if n < 2 {
+        return true;
+    }
+    let mut seen: HashSet<&str, foldhash::fast::RandomState> =
+        HashSet::with_capacity_and_hasher(n, foldhash::fast::RandomState::default());
+    requests
+        .iter()
+        .flat_map(|items| items.iter())
+        .all(|item| seen.insert(item.key.as_str()))
 }
 
 /// The distinct policies of a call, by identity first (the common case: one shared `Arc`),
