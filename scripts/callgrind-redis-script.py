@@ -11,9 +11,13 @@ callgrind (unlike CPU time, the count does not depend on what else the machine i
          what a Redis Cluster sends, and the only form of scripts before the flag).
 
 Each starts its own redis-server under callgrind (collecting in readQueryFromClient and
-handleClientsWithPendingWrites only: parsing, executing, replying), decides N calls once to
-create the keys, zeroes the counters, decides N more calls on other keys of the same
-10,000 and divides the count by the decisions.
+handleClientsWithPendingWrites only: parsing, executing, replying), decides N calls once,
+zeroes the counters, decides N more calls on other keys of the same 10,000 (keys without
+state: under 1000 a second a key written once is idle, and expires, 1 ms later) and
+divides the count by the decisions. With SAME=1 HOUR=1 the second pass decides the first
+pass's keys again under a policy of 1 an hour with a burst of 1000 (a key charged once
+lives an hour): each key's state is read, parsed and written back, and no two keys'
+numbers are the same.
 Usage: scripts/callgrind-redis-script.py [raw] [store] [store-noflag] [SCRIPT_DIR]
        (N=40 calls; env N)
 """
@@ -64,8 +68,15 @@ class Conn:
         return self.read()
 
 
+# The policy, reduced by the gcd as the store sends it (limit, period, burst, and the raw
+# limit and period): 1000 a second (burst 1000), or (HOUR=1) 1 an hour with a burst of 1000.
+HOUR = os.environ.get('HOUR') == '1'
+LIMIT, PERIOD, RLIMIT, RPERIOD = (1, 3600000000, 1, 3600000000) if HOUR else (1, 1000, 1000, 1000000)
+SAME = os.environ.get('SAME') == '1'
+
+
 def raw_call(sha, i):
-    return enc(['EVALSHA', sha, 1, 'raw:{key-%d}:tb' % (i * 104729 % KEYS), 1, 1000, 1000, 1]), 1
+    return enc(['EVALSHA', sha, 1, 'raw:{key-%d}:tb' % (i * 104729 % KEYS), LIMIT, PERIOD, 1000, 1]), 1
 
 
 def store_call(sha, i, flag=True):
@@ -77,8 +88,8 @@ def store_call(sha, i, flag=True):
         op = 'check+!'
     # One token_bucket policy (1000/s: limit 1, period 1000 after the gcd), 64 requests of
     # cost 1 in the uniform form (policy 1, cost 1 once).
-    return enc(['EVALSHA', sha, len(keys), *keys, '', op, 1, 4, 0, 1, 1000, 1000, -1, 0, 1000,
-                1000000, 0, 0, B, 1, 1]), B
+    return enc(['EVALSHA', sha, len(keys), *keys, '', op, 1, 4, 0, LIMIT, PERIOD, 1000, -1, 0, RLIMIT,
+                RPERIOD, 0, 0, B, 1, 1]), B
 
 
 def run(what, script_dir):
@@ -111,7 +122,7 @@ def run(what, script_dir):
         subprocess.run(['callgrind_control', '-z', str(server.pid)], stdout=subprocess.DEVNULL, check=True)
         decisions = 0
         for i in range(0, calls, pipe):
-            batch = [make(sha, calls + i + j) for j in range(pipe)]
+            batch = [make(sha, (0 if SAME else calls) + i + j) for j in range(pipe)]
             conn.s.sendall(b''.join(b for b, _ in batch))
             for _, d in batch:
                 conn.read()
