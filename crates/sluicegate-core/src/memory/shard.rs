@@ -360,23 +360,44 @@ impl StoreShard {
     /// evaluate, consume if admitted (one probe of the key's cells), then the table's
     /// sweep steps. `None`, having changed nothing, when the general path
     /// ([`StoreShard::decide_general`]) must decide: the shard holds overrides (the key
-    /// may have its own numbers), the policy has a penalty, its table is not there yet or
+    /// may have its own numbers) or has a bound in bytes (`max_memory`: a sliding log may
+    /// grow, and the shard shed), the policy has a penalty, its table is not there yet or
     /// holds another version of it (a reload), or a new key needs room made first.
     #[inline]
     pub(crate) fn check_one(&mut self, t: &Target<'_>, now: Micros, cost: u64) -> Option<Decision> {
-        if self.any_override {
+        // No call after the table's check here, so the decision is not kept across one
+        // (it was moved through the stack three times).
+        if self.any_override || self.byte_cap != usize::MAX {
             return None;
         }
-        self.check_resolved(t, now, cost)
+        self.check_table(t, now, cost, self.count < self.cap)
     }
 
-    /// [`StoreShard::check_one`] once the key's numbers are known (`t.numbers`).
-    #[inline]
+    /// [`StoreShard::check_one`] once the key's numbers are known (`t.numbers`), in a
+    /// shard with or without a bound in bytes.
     fn check_resolved(&mut self, t: &Target<'_>, now: Micros, cost: u64) -> Option<Decision> {
+        let room = self.count < self.cap && !self.over_budget();
+        let decision = self.check_table(t, now, cost, room)?;
+        if self.byte_cap != usize::MAX && decision.allowed && cost > 0 {
+            // A sliding log may have grown.
+            self.shed_after_check(t, now);
+        }
+        Some(decision)
+    }
+
+    /// The one-pass check in `t`'s table; `room`: whether a new key may be inserted
+    /// without making room first.
+    #[inline]
+    fn check_table(
+        &mut self,
+        t: &Target<'_>,
+        now: Micros,
+        cost: u64,
+        room: bool,
+    ) -> Option<Decision> {
         if t.numbers.is_some() || t.policy.penalty() != 0 {
             return None;
         }
-        let room = self.count < self.cap && !self.over_budget();
         let held = self.tables.get_mut(t.r.index)?.as_mut()?;
         if held.id != t.r.id {
             return None;
@@ -390,12 +411,7 @@ impl StoreShard {
             room,
             pinned: &pinned,
         };
-        let decision = held.table.check(t.fp, check, &mut self.count)?;
-        if self.byte_cap != usize::MAX && decision.allowed && cost > 0 {
-            // A sliding log may have grown.
-            self.shed_after_check(t, now);
-        }
-        Some(decision)
+        held.table.check(t.fp, check, &mut self.count)
     }
 
     /// [`StoreShard::shed`] after a one-policy check, out of the hot path.
