@@ -1,10 +1,11 @@
 //! The server's API app in process: the same wiring as `sluicegate serve` (the Prometheus
 //! recorder, the timed store, the metrics and dashboard observers, the API guard), without
-//! the listener, so one request can be driven through it with `oneshot`.
+//! the listener, so one request can be driven through it (`Front::serve`, or `oneshot` on
+//! its router).
 
 use std::path::Path;
 
-use axum::Router;
+use sluicegate_server::front::Front;
 
 /// The benchmarks' policy and routes: `bench`, a token bucket of 10^9 a second (every
 /// request is admitted, so the full path runs), keyed by client IP; `routes` routes, all
@@ -26,7 +27,7 @@ pub fn config(listen: &str, routes: usize) -> String {
 }
 
 /// The API listener's app for the configuration `text`, wired as `sluicegate serve` wires it.
-pub async fn api_app(text: &str) -> Result<Router, Box<dyn std::error::Error>> {
+pub async fn api_app(text: &str) -> Result<Front, Box<dyn std::error::Error>> {
     sluicegate_server::metrics::install();
     let config = sluicegate_server::config::load(text, Path::new("<bench>"))?;
     let (state, dashboard, _synced) = sluicegate_server::serve::open_state(&config).await?;

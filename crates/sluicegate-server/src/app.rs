@@ -8,14 +8,14 @@ use std::task::{Context, Poll};
 
 use axum::Router;
 use axum::extract::{DefaultBodyLimit, Request, State};
-use axum::http::{StatusCode, header};
+use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{MethodFilter, get, on, post};
 use futures_util::future::Either;
 
 use crate::api::{self, ApiError, MAX_BODY};
 use crate::forward_auth::forward_auth;
-use crate::state::AppState;
+use crate::state::{AppState, Runtime};
 
 /// The decision API, admin, forward-auth, health and metrics endpoints.
 pub fn router(state: AppState) -> Router {
@@ -112,12 +112,18 @@ fn api_token(state: &AppState, request: &Request) -> Result<(), ApiError> {
     if open {
         return Ok(());
     }
-    let runtime = state.current();
+    authorize(&state.current(), request.headers())
+}
+
+/// `server.api_token` of `runtime`, checked against a guarded request's `headers`: the
+/// guard's rule, also applied by the front door ([`crate::front`]) to `/v1/check`, which
+/// it answers without the router.
+pub fn authorize(runtime: &Runtime, headers: &HeaderMap) -> Result<(), ApiError> {
     let server = &runtime.config.server;
     api::admin::authorize_api(
         server.api_token.as_deref(),
         server.admin_token.as_deref(),
-        request.headers(),
+        headers,
     )
 }
 

@@ -9,7 +9,8 @@
 //! - [`cli`]: the command line (`serve`, `validate`, `simulate`);
 //! - [`config`]: the TOML model and its validation (every error with line and column);
 //! - [`state`]: the shared [`state::AppState`] and the swappable [`state::Runtime`];
-//! - [`app`]: the axum router of the decision API; [`api`]: its handlers;
+//! - [`app`]: the axum router of the decision API; [`api`]: its handlers; [`front`]: the
+//!   listener's front door, answering `POST /v1/check` without the router;
 //! - [`forward_auth`], [`gateway`]: the two ways in for an existing proxy or none;
 //! - [`serve`]: listeners, signals, graceful shutdown; [`reload`]: the config watcher;
 //! - [`metrics`]: Prometheus; [`envoy`]: the Envoy rate limit service hook;
@@ -26,6 +27,7 @@ pub mod dashboard;
 pub mod envoy;
 pub mod error;
 pub mod forward_auth;
+pub mod front;
 pub mod gateway;
 pub mod metrics;
 pub mod reload;

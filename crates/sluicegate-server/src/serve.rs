@@ -139,13 +139,13 @@ async fn serve(
 }
 
 /// The API listener's app: the decision API and the dashboard (which probes the same store,
-/// lists the pools and reads the slots leases hold), behind the API's guard. Public so that
-/// the benchmarks' in-process probe (crates/sluicegate-bench) measures the app this
-/// listener serves.
+/// lists the pools and reads the slots leases hold), behind the API's guard, with
+/// `POST /v1/check` answered by the front door. Public so that the benchmarks' in-process
+/// probe (crates/sluicegate-bench) measures the app this listener serves.
 pub fn api_app(
     state: &AppState,
     dashboard: Arc<sluicegate_dashboard::DashboardObserver>,
-) -> axum::Router {
+) -> crate::front::Front {
     let pools_of = state.clone();
     let app = crate::app::router(state.clone()).merge(sluicegate_dashboard::router(
         sluicegate_dashboard::Dashboard::new(dashboard)
@@ -153,7 +153,7 @@ pub fn api_app(
             .with_pools(move || crate::dashboard::pool_rows(&pools_of))
             .with_leases(crate::dashboard::LeaseReads(state.clone())),
     ));
-    crate::app::guard(app, state.clone())
+    crate::front::Front::new(crate::app::guard(app, state.clone()), state.clone())
 }
 
 /// The store, the observers (metrics and the dashboard, which sees every verdict next to

@@ -27,7 +27,10 @@ pub struct Runtime {
     pub limiter: Arc<RateLimiter>,
     /// The `[[pools]]` the routes send requests through.
     pub pools: Vec<Arc<Pool>>,
-    by_name: HashMap<String, Named>,
+    /// foldhash rather than SipHash: every `/v1/check` looks a name up here, and the keys
+    /// are the configuration's, so no client can make them collide (the seed is random
+    /// per process all the same).
+    by_name: HashMap<String, Named, foldhash::fast::RandomState>,
 }
 
 /// A policy the decision API finds by name, with what its answers send that does not
@@ -49,7 +52,7 @@ impl Runtime {
         wait_queue: &Arc<WaitQueue>,
         registry: &PoolRegistry,
     ) -> Result<Self, ServerError> {
-        let by_name: HashMap<String, Named> = config
+        let by_name: HashMap<String, Named, _> = config
             .policies
             .iter()
             .map(|p| {
@@ -92,6 +95,14 @@ impl Runtime {
     /// A loaded policy by name.
     pub fn policy(&self, name: &str) -> Option<&Arc<Policy>> {
         self.by_name.get(name).map(|n| &n.policy)
+    }
+
+    /// A loaded policy by name, with the `RateLimit-Policy` value of an answer deciding it
+    /// alone ([`Runtime::policy_field`] without a second lookup).
+    pub fn policy_with_field(&self, name: &str) -> Option<(&Arc<Policy>, Option<&HeaderValue>)> {
+        self.by_name
+            .get(name)
+            .map(|n| (&n.policy, n.field.as_ref()))
     }
 
     /// The `RateLimit-Policy` value of an answer deciding `policies`, computed when the

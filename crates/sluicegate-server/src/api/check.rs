@@ -12,6 +12,7 @@ use axum::response::{IntoResponse, Response};
 use http_body_util::{BodyExt, LengthLimitError, Limited};
 use sluicegate_core::{CheckRequest, Policy, Verdict};
 
+use super::answer::Answer;
 use super::error::ApiError;
 use super::types::{BatchBody, BatchEntry, BatchResponse, CheckBody, CheckResponse, PolicyNames};
 use super::{MAX_BATCH, MAX_BODY};
@@ -40,10 +41,21 @@ pub async fn check(
     require_json(request.headers())?;
     let body = read_body(request.into_body()).await?;
     let runtime = state.current();
-    let body = match parse_body(&body)? {
+    answer(&state, &runtime, &body).await
+}
+
+/// The answer to a `/v1/check` body that passed the token and content-type checks: the
+/// handler above (behind the router) and the listener's front door
+/// ([`crate::front`], which answers this endpoint without the router) both end here.
+pub async fn answer(
+    state: &AppState,
+    runtime: &Runtime,
+    body: &[u8],
+) -> Result<Response, ApiError> {
+    let body = match parse_body(body)? {
         CheckInput::One(body) => body,
         CheckInput::Batch(batch) => {
-            return Ok(Json(check_batch(&state, &runtime, batch).await?).into_response());
+            return Ok(Json(check_batch(state, runtime, batch).await?).into_response());
         }
     };
     if body.reserve && body.cost == 0 {
@@ -51,22 +63,54 @@ pub async fn check(
             "reserve needs a cost of at least 1 (the estimate charged now)",
         ));
     }
-    let policies = resolve(&runtime, &body.policy)?;
-    let verdict = decide(&state, &policies, &body.key, body.cost).await?;
+    let (policies, field) = resolve_with_field(runtime, &body.policy)?;
+    let verdict = decide(state, &policies, &body.key, body.cost).await?;
+    let Some(top) = Answer::from_verdict(&verdict) else {
+        return Err(ApiError::invalid("the request names no policy"));
+    };
+    // The common answer (one policy, nothing to attach) is written by hand: serde's bytes
+    // without serde (api/answer.rs).
+    let attaches = body.reserve || verdict.decisions.iter().any(|d| d.decision.lease != 0);
+    if !body.policy.is_list() && !attaches {
+        let mut json = Vec::with_capacity(256);
+        top.write_json(&mut json);
+        return Ok(with_json(runtime, &verdict, field, json));
+    }
     let Some(mut answer) = CheckResponse::from_verdict(&verdict, body.policy.is_list()) else {
         return Err(ApiError::invalid("the request names no policy"));
     };
     // Made only when a token is signed: with `reservation_secret` set, making one keys HMAC.
-    let signer = LazyCell::new(|| state.signer(&runtime));
-    super::settle::attach(&signer, &runtime, &verdict, &body, &mut answer);
+    let signer = LazyCell::new(|| state.signer(runtime));
+    super::settle::attach(&signer, runtime, &verdict, &body, &mut answer);
+    Ok(with_headers(runtime, &verdict, field, &answer))
+}
+
+/// [`resolve`], with the `RateLimit-Policy` value computed at load for the policies named
+/// (one lookup for one name).
+fn resolve_with_field<'r>(
+    runtime: &'r Runtime,
+    names: &PolicyNames<'_>,
+) -> Result<(Policies<'r>, Option<&'r HeaderValue>), ApiError> {
+    if let PolicyNames::One(name) = names {
+        let (policy, field) = runtime
+            .policy_with_field(name)
+            .ok_or_else(|| ApiError::unknown_policy(name))?;
+        return Ok((Cow::Borrowed(std::slice::from_ref(policy)), field));
+    }
+    let policies = resolve(runtime, names)?;
     let field = runtime.policy_field(&policies);
-    Ok(with_headers(&runtime, &verdict, field, &answer))
+    Ok((policies, field))
 }
 
 /// The request body, at most [`MAX_BODY`] bytes (413 beyond). Bounded here rather than by
 /// the router's `DefaultBodyLimit` layer, as the other endpoints are: the same bound, read
-/// the same way, without the layer's per-request extension.
-async fn read_body(body: Body) -> Result<Bytes, ApiError> {
+/// the same way, without the layer's per-request extension. Generic so that the front door
+/// reads hyper's body as it comes, without boxing it into axum's.
+pub async fn read_body<B>(body: B) -> Result<Bytes, ApiError>
+where
+    B: http_body::Body<Data = Bytes>,
+    B::Error: Into<axum::BoxError>,
+{
     match Limited::new(body, MAX_BODY).collect().await {
         Ok(collected) => Ok(collected.to_bytes()),
         Err(e) if e.is::<LengthLimitError>() => Err(ApiError::too_large()),
@@ -92,7 +136,11 @@ pub fn parse_body(body: &[u8]) -> Result<CheckInput<'_>, ApiError> {
     if body.len() > MAX_BODY {
         return Err(ApiError::too_large());
     }
-    // The common case first: one request, parsed straight into its type.
+    // The common case first: one plain request, read by hand (what serde would make of
+    // it; anything else goes to serde), then one request, parsed straight into its type.
+    if let Some(body) = super::plain_body::parse(body) {
+        return Ok(CheckInput::One(body));
+    }
     let single_error = match serde_json::from_slice::<CheckBody>(body) {
         Ok(body) => return Ok(CheckInput::One(body)),
         Err(e) => e,
@@ -121,7 +169,7 @@ pub fn parse_entry(value: serde_json::Value) -> Result<CheckBody<'static>, ApiEr
 
 /// A 400 unless the body is declared as JSON (a missing Content-Type is accepted, as curl
 /// users often forget it, but a different one is not).
-fn require_json(headers: &HeaderMap) -> Result<(), ApiError> {
+pub fn require_json(headers: &HeaderMap) -> Result<(), ApiError> {
     let Some(value) = headers.get(axum::http::header::CONTENT_TYPE) else {
         return Ok(());
     };
@@ -220,13 +268,24 @@ fn with_headers(
     policy_field: Option<&HeaderValue>,
     answer: &CheckResponse,
 ) -> Response {
-    // One allocation each, sized for the usual answer and every header: neither the body
-    // nor the header map grows while it is written (a grown map is rehashed).
     let mut json = Vec::with_capacity(256);
     if serde_json::to_writer(&mut json, answer).is_err() {
         // Strings and numbers always serialise; axum's own answer if they ever did not.
         return Json(answer).into_response();
     }
+    with_json(runtime, verdict, policy_field, json)
+}
+
+/// The 200 answer `json` with the rate-limit headers of `verdict` (and `Retry-After` on a
+/// denial).
+fn with_json(
+    runtime: &Runtime,
+    verdict: &Verdict,
+    policy_field: Option<&HeaderValue>,
+    json: Vec<u8>,
+) -> Response {
+    // One allocation each, sized for the usual answer and every header: neither the body
+    // nor the header map grows while it is written (a grown map is rehashed).
     let mut headers = HeaderMap::with_capacity(runtime.header_sets.len() * 3 + 3);
     headers.insert(
         header::CONTENT_TYPE,

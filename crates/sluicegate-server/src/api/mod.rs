@@ -2,12 +2,14 @@
 //! health, OpenAPI.
 
 pub mod admin;
+pub mod answer;
 pub mod check;
 pub mod error;
 pub mod health;
 pub mod limits;
 pub mod openapi;
 pub mod overrides;
+pub mod plain_body;
 pub mod policies;
 pub mod settle;
 pub mod token;

@@ -271,29 +271,15 @@ impl PolicyResult {
 impl CheckResponse {
     /// The answer to a verdict; `list` adds the per-policy array.
     pub fn from_verdict(verdict: &Verdict, list: bool) -> Option<Self> {
-        let deciding = verdict.deciding()?;
-        Some(CheckResponse {
-            allowed: verdict.allowed,
-            policy: deciding.policy.name().to_owned(),
-            limit: deciding.decision.limit,
-            remaining: deciding.decision.remaining,
-            reset_after_ms: ms(deciding.decision.reset_after),
-            retry_after_ms: if verdict.allowed {
-                None
-            } else {
-                verdict.retry_after().map(ms)
-            },
-            delay_ms: (verdict.allowed && verdict.delay > 0).then(|| ms(verdict.delay)),
-            policies: list.then(|| {
-                verdict
-                    .decisions
-                    .iter()
-                    .map(PolicyResult::from_decision)
-                    .collect()
-            }),
-            lease: None,
-            reservation: None,
-        })
+        let mut response = super::answer::Answer::from_verdict(verdict)?.response();
+        response.policies = list.then(|| {
+            verdict
+                .decisions
+                .iter()
+                .map(PolicyResult::from_decision)
+                .collect()
+        });
+        Some(response)
     }
 }
 
