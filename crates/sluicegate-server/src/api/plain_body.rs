@@ -14,7 +14,14 @@ use super::types::{CheckBody, PolicyNames};
 
 /// `body` parsed when it has the plain form above; `None` for anything else.
 pub fn parse(body: &[u8]) -> Option<CheckBody<'_>> {
-    let mut reader = Reader { body, at: 0 };
+    // Checked whole, once: a byte that is not UTF-8 is an error wherever it is (in a string
+    // serde refuses it, outside one it is no JSON), and then every string is a slice.
+    let text = std::str::from_utf8(body).ok()?;
+    let mut reader = Reader {
+        text,
+        body: text.as_bytes(),
+        at: 0,
+    };
     let mut fields = Fields::default();
     reader.byte(b'{')?;
     loop {
@@ -48,11 +55,11 @@ struct Fields<'a> {
 
 impl<'a> Fields<'a> {
     fn set(&mut self, name: &str, reader: &mut Reader<'a>) -> Option<()> {
-        match name {
-            "policy" if self.policy.is_none() => self.policy = Some(reader.string()?),
-            "key" if self.key.is_none() => self.key = Some(reader.string()?),
-            "cost" if self.cost.is_none() => self.cost = Some(reader.whole()?),
-            "reserve" if self.reserve.is_none() => self.reserve = Some(reader.boolean()?),
+        match name.as_bytes() {
+            b"policy" if self.policy.is_none() => self.policy = Some(reader.string()?),
+            b"key" if self.key.is_none() => self.key = Some(reader.string()?),
+            b"cost" if self.cost.is_none() => self.cost = Some(reader.whole()?),
+            b"reserve" if self.reserve.is_none() => self.reserve = Some(reader.boolean()?),
             _ => return None,
         }
         Some(())
@@ -60,6 +67,8 @@ impl<'a> Fields<'a> {
 }
 
 struct Reader<'a> {
+    text: &'a str,
+    /// `text`'s bytes.
     body: &'a [u8],
     at: usize,
 }
@@ -93,19 +102,20 @@ impl<'a> Reader<'a> {
         }
     }
 
-    /// A string without escapes or control characters, valid UTF-8 (as serde borrows it).
+    /// A string without escapes or control characters (as serde borrows it).
     fn string(&mut self) -> Option<&'a str> {
         self.byte(b'"')?;
-        let rest = self.body.get(self.at..)?;
+        let start = self.at;
+        let rest = self.body.get(start..)?;
         let len = rest
             .iter()
             .position(|&b| b == b'"' || b == b'\\' || b < 0x20)?;
         if rest[len] != b'"' {
             return None;
         }
-        let text = std::str::from_utf8(&rest[..len]).ok()?;
         self.at += len + 1;
-        Some(text)
+        // Between two ASCII bytes: on character boundaries.
+        self.text.get(start..start + len)
     }
 
     /// A JSON integer (`0`, or digits without a leading zero) that fits a `u64`; a
@@ -213,9 +223,12 @@ mod tests {
         }
     }
 
+    /// Policy, key, cost, reserve.
+    type Expected = (&'static str, &'static str, u64, bool);
+
     #[test]
     fn the_common_bodies_are_read_by_hand() {
-        let cases: [(&str, (&str, &str, u64, bool)); 5] = [
+        let cases: [(&str, Expected); 5] = [
             (
                 r#"{"policy":"bench","key":"user-1","cost":1}"#,
                 ("bench", "user-1", 1, false),
