@@ -36,7 +36,7 @@ use sluicegate_middleware::{LeaseBody, LeaseGuard, PoolPermit, RateLimitDecision
 use crate::api::ApiError;
 use crate::config::ConnectionLimits;
 use crate::state::AppState;
-use crate::upstream::{GiveBackBody, Upstream};
+use crate::upstream::{GiveBackBody, Sent, Upstream, UpstreamError};
 
 /// One worker's gateway, shared by its connections. Behind one `Arc` per worker, so a
 /// request clones one reference that only this thread touches, instead of the shared
@@ -270,17 +270,34 @@ async fn proxy(Gateway(gateway): Gateway, peer: SocketAddr, mut request: Request
     };
     let sent = tokio::time::timeout(
         config.upstream_timeout,
-        gateway.upstream.send(config, upstream_request),
+        gateway
+            .upstream
+            .send(config, upstream_request, upgrade.is_some()),
     );
-    let (response, pooled) = match sent.await {
-        Ok(Ok(sent)) => sent,
-        Ok(Err(e)) => {
-            let error = error_chain(&e);
-            tracing::warn!(upstream = %config.upstream, %error, "upstream request failed");
-            let mut response = bad_gateway();
-            after_response(decision.as_ref(), &mut response);
-            return response;
+    let (response, body) = match sent.await {
+        Ok(Ok(Sent::Lane(response))) => {
+            let (parts, body) = response.into_parts();
+            (parts, Body::new(body))
         }
+        Ok(Ok(Sent::Hyper(response, pooled))) => {
+            if let Some(client_side) =
+                upgrade.filter(|_| response.status() == StatusCode::SWITCHING_PROTOCOLS)
+            {
+                // The connection becomes the tunnel's: not the pool's.
+                drop(pooled);
+                let limits = runtime.config.server.connections;
+                return crate::tunnel::switch(
+                    response,
+                    client_side,
+                    decision.as_ref(),
+                    (guard, permit),
+                    limits,
+                );
+            }
+            let (parts, body) = response.into_parts();
+            (parts, hyper_body(&gateway.upstream, body, pooled))
+        }
+        Ok(Err(e)) => return failed(config, &e, decision.as_ref()),
         Err(_) => {
             tracing::warn!(upstream = %config.upstream, timeout = ?config.upstream_timeout, "upstream sent no response head in time");
             let mut response = gateway_timeout(permit);
@@ -288,48 +305,46 @@ async fn proxy(Gateway(gateway): Gateway, peer: SocketAddr, mut request: Request
             return response;
         }
     };
-    if let Some(client_side) =
-        upgrade.filter(|_| response.status() == StatusCode::SWITCHING_PROTOCOLS)
-    {
-        // The connection becomes the tunnel's: not the pool's.
-        drop(pooled);
-        let limits = runtime.config.server.connections;
-        return crate::tunnel::switch(
-            response,
-            client_side,
-            decision.as_ref(),
-            (guard, permit),
-            limits,
-        );
-    }
-    pass_on(
-        &gateway.upstream,
-        response,
-        pooled,
-        decision.as_ref(),
-        (guard, permit),
-    )
+    pass_on(response, body, decision.as_ref(), (guard, permit))
 }
 
-/// The upstream's response as the client gets it: hop-by-hop headers removed, the rate-limit
-/// headers added, its body holding what the request was admitted with until it ends; the
-/// connection goes back to the pool when hyper is done with it.
-fn pass_on(
-    upstream: &Arc<Upstream>,
-    response: hyper::Response<hyper::body::Incoming>,
-    pooled: crate::upstream::Pooled,
+/// The 502 for an upstream that could not be reached or answered malformed.
+fn failed(
+    config: &crate::config::GatewayConfig,
+    error: &UpstreamError,
     decision: Option<&RateLimitDecision>,
-    (guard, permit): (Option<LeaseGuard>, Option<PoolPermit>),
 ) -> Response {
-    let (mut parts, body) = response.into_parts();
-    // Usually hyper has read the whole response off the connection by now, and it is ready
-    // for the next request; otherwise it goes back when the body has been read.
-    let body = if pooled.is_ready() {
+    let error = error_chain(error);
+    tracing::warn!(upstream = %config.upstream, %error, "upstream request failed");
+    let mut response = bad_gateway();
+    after_response(decision, &mut response);
+    response
+}
+
+/// A body from hyper's client. Usually hyper has read the whole response off the connection
+/// by the time its head is here, and the connection is ready for the next request;
+/// otherwise it goes back when the body has been read.
+fn hyper_body(
+    upstream: &Arc<Upstream>,
+    body: hyper::body::Incoming,
+    pooled: crate::upstream::Pooled,
+) -> Body {
+    if pooled.is_ready() {
         upstream.give_back(pooled);
         Body::new(body)
     } else {
         Body::new(GiveBackBody::new(body, pooled, upstream.clone()))
-    };
+    }
+}
+
+/// The upstream's response as the client gets it: hop-by-hop headers removed, the rate-limit
+/// headers added, its body holding what the request was admitted with until it ends.
+fn pass_on(
+    mut parts: http::response::Parts,
+    body: Body,
+    decision: Option<&RateLimitDecision>,
+    (guard, permit): (Option<LeaseGuard>, Option<PoolPermit>),
+) -> Response {
     strip_hop_by_hop(&mut parts.headers);
     let mut tap = None;
     if let Some(decision) = decision {

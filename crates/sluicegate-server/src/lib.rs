@@ -29,6 +29,7 @@ pub mod error;
 pub mod forward_auth;
 pub mod front;
 pub mod gateway;
+pub mod lane;
 pub mod metrics;
 pub mod reload;
 pub mod serve;

@@ -21,6 +21,12 @@
 //!   again, once, on a new connection;
 //! - a reload that changes the upstream, its scheme or `upstream_ca` starts a new pool; the
 //!   old connections are not reused.
+//!
+//! The common request — an `http://` upstream, no request body, no upgrade — takes the lean
+//! lane instead ([`crate::lane`]: a hand-written HTTP/1.1 client on a connection of this
+//! same pool, kept in a list of its own); the rules above hold for it too, a request the
+//! upstream never answered on a kept-alive connection being sent again only when its method
+//! is idempotent (the lane cannot tell "never seen" from "seen, then closed").
 
 use std::collections::VecDeque;
 use std::pin::Pin;
@@ -37,6 +43,7 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use tower::ServiceExt as _;
 
 use crate::config::GatewayConfig;
+use crate::lane::{Conn, LaneBody, LaneError};
 
 /// How long connecting to the upstream may take before the gateway answers 502.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -59,6 +66,18 @@ pub enum UpstreamError {
     /// The connection failed while the request was sent or the response head read.
     #[error("request")]
     Request(#[source] hyper::Error),
+    /// The lean lane's exchange failed, or the upstream's answer was malformed.
+    #[error("request")]
+    Lane(#[source] LaneError),
+}
+
+/// The upstream's response head: from hyper's client (with the connection, to give back
+/// when hyper is ready), or from the lean lane (its body gives the connection back).
+pub enum Sent {
+    /// Through hyper's client: a body, an upgrade, or an `https://` upstream.
+    Hyper(http::Response<Incoming>, Pooled),
+    /// Through the lean lane.
+    Lane(http::Response<LaneBody>),
 }
 
 /// What a pool was made for: the upstream's scheme and authority, and the `upstream_ca`
@@ -99,6 +118,13 @@ struct Pool {
     connector: HttpsConnector<HttpConnector>,
     /// Oldest first; requests take from the back (the warmest connection).
     idle: VecDeque<Idle>,
+    /// The lean lane's idle connections, the same way.
+    lane: VecDeque<IdleConn>,
+}
+
+struct IdleConn {
+    conn: Conn,
+    since: Instant,
 }
 
 struct Idle {
@@ -136,6 +162,7 @@ impl Upstream {
             made_for,
             generation: 0,
             idle: VecDeque::new(),
+            lane: VecDeque::new(),
         }))
     }
 
@@ -144,10 +171,104 @@ impl Upstream {
         self.0.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Sends `request` (origin-form URI, `Host` set) to `config`'s upstream on an idle
-    /// connection, or a new one; returns the response head and the connection, to be given
-    /// back when it is ready for another request.
+    /// Sends `request` (origin-form URI, `Host` set) to `config`'s upstream: on the lean
+    /// lane when it can carry it (`http://`, no body, not `upgrading`), else through
+    /// hyper's client.
     pub async fn send(
+        self: &Arc<Self>,
+        config: &GatewayConfig,
+        request: http::Request<Body>,
+        upgrading: bool,
+    ) -> Result<Sent, UpstreamError> {
+        let lean = !upgrading
+            && http_body::Body::is_end_stream(request.body())
+            && request.method() != http::Method::CONNECT
+            && config.upstream.scheme_str() != Some("https");
+        if lean {
+            let (parts, _) = request.into_parts();
+            return self.send_lane(config, &parts).await.map(Sent::Lane);
+        }
+        let (response, pooled) = self.send_hyper(config, request).await?;
+        Ok(Sent::Hyper(response, pooled))
+    }
+
+    /// The lean lane: the warmest idle lane connection, or a new one; a request that a
+    /// kept-alive connection's upstream closed on without answering is sent again on a new
+    /// one, once, when its method is idempotent.
+    async fn send_lane(
+        self: &Arc<Self>,
+        config: &GatewayConfig,
+        request: &http::request::Parts,
+    ) -> Result<http::Response<LaneBody>, UpstreamError> {
+        let (idle, generation) = self.checkout_conn(config);
+        let reused = idle.is_some();
+        let mut conn = match idle {
+            Some(conn) => conn,
+            None => self.connect_conn(config).await?,
+        };
+        let answer = match conn.exchange(request).await {
+            Err(e) if reused && e.nothing_received() && request.method.is_idempotent() => {
+                conn = self.connect_conn(config).await?;
+                conn.exchange(request).await
+            }
+            answer => answer,
+        };
+        let (parts, framing) = answer.map_err(UpstreamError::Lane)?;
+        let body = LaneBody::start(conn, framing, self, generation);
+        Ok(http::Response::from_parts(parts, body))
+    }
+
+    /// A new lane connection to `config`'s upstream.
+    async fn connect_conn(&self, config: &GatewayConfig) -> Result<Conn, UpstreamError> {
+        let authority = config
+            .upstream
+            .authority()
+            .ok_or_else(|| UpstreamError::Connect("the upstream has no authority".into()))?;
+        crate::lane::connect(authority, CONNECT_TIMEOUT)
+            .await
+            .map_err(|e| UpstreamError::Connect(Box::new(e)))
+    }
+
+    /// The warmest idle lane connection still open (or none), and the pool's generation.
+    fn checkout_conn(&self, config: &GatewayConfig) -> (Option<Conn>, u64) {
+        let mut pool = self.lock();
+        pool.follow(config);
+        let now = Instant::now();
+        while let Some(idle) = pool.lane.pop_back() {
+            if now.saturating_duration_since(idle.since) > IDLE_TIMEOUT {
+                pool.lane.clear();
+                break;
+            }
+            if idle.conn.still_open() {
+                return (Some(idle.conn), pool.generation);
+            }
+        }
+        (None, pool.generation)
+    }
+
+    /// Takes a lane connection back if it is fit for another request (its response read
+    /// to its exact end, nothing after it, keep-alive) and from the current pool.
+    pub fn give_back_conn(&self, conn: Conn, generation: u64) {
+        if !conn.reusable() {
+            return;
+        }
+        let mut pool = self.lock();
+        if pool.generation != generation {
+            return;
+        }
+        if pool.lane.len() >= MAX_IDLE {
+            pool.lane.pop_front();
+        }
+        pool.lane.push_back(IdleConn {
+            conn,
+            since: Instant::now(),
+        });
+    }
+
+    /// Sends `request` through hyper's client on an idle connection, or a new one; returns
+    /// the response head and the connection, to be given back when it is ready for another
+    /// request.
+    async fn send_hyper(
         &self,
         config: &GatewayConfig,
         mut request: http::Request<Body>,
@@ -178,14 +299,7 @@ impl Upstream {
     /// The warmest idle connection ready for a request, or (none) the connector to make one.
     fn checkout(&self, config: &GatewayConfig) -> Result<Pooled, HttpsConnector<HttpConnector>> {
         let mut pool = self.lock();
-        if !pool.made_for.matches(config) {
-            // A reload changed the upstream: a new pool, the old connections closed.
-            let made_for = MadeFor::of(Some(config));
-            pool.connector = connector(Some(config), &made_for);
-            pool.made_for = made_for;
-            pool.generation += 1;
-            pool.idle.clear();
-        }
+        pool.follow(config);
         let now = Instant::now();
         while let Some(idle) = pool.idle.pop_back() {
             if now.saturating_duration_since(idle.since) > IDLE_TIMEOUT {
@@ -249,6 +363,21 @@ impl Upstream {
     #[cfg(test)]
     fn idle(&self) -> usize {
         self.lock().idle.len()
+    }
+}
+
+impl Pool {
+    /// A reload changed the upstream: a new pool, the old connections closed.
+    fn follow(&mut self, config: &GatewayConfig) {
+        if self.made_for.matches(config) {
+            return;
+        }
+        let made_for = MadeFor::of(Some(config));
+        self.connector = connector(Some(config), &made_for);
+        self.made_for = made_for;
+        self.generation += 1;
+        self.idle.clear();
+        self.lane.clear();
     }
 }
 

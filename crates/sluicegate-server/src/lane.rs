@@ -1,0 +1,211 @@
+//! The gateway's lean upstream lane: a hand-written HTTP/1.1 client connection for the
+//! common request — `http://` upstream, no request body, no upgrade — kept on the worker's
+//! pool ([`crate::upstream`]). Everything else (request bodies, upgrades, `https://`)
+//! still goes through hyper's client, which handles writing a body while the response comes
+//! back and handing an upgraded connection to the tunnel.
+//!
+//! Why: hyper's client drives each connection from a task of its own, with a channel
+//! between the request and that task; a proxied `GET` paid ~6,000 user-space instructions
+//! for it (callgrind, docs/benchmarks/server.md). Here the request's own future writes the
+//! head with one `write`, reads the response head into the connection's buffer, parses it
+//! with `httparse`, and, for the usual small response whose body is already in the buffer,
+//! gives the connection back before the body is passed on.
+//!
+//! The upstream is trusted less than we are: the head is bounded ([`MAX_HEAD`] bytes,
+//! [`MAX_HEADERS`] fields), framing is checked (RFC 9112 §6: `Transfer-Encoding` other than a
+//! lone `chunked`, both it and `Content-Length`, or differing lengths are a 502), and a
+//! connection is reused only after a response framed by length or chunks, read to its exact
+//! end, on HTTP/1.1 without `Connection: close`.
+
+mod body;
+mod head;
+
+use std::io;
+use std::task::{Context, Poll, Waker};
+
+use bytes::BytesMut;
+use http::request::Parts;
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+use tokio::net::TcpStream;
+
+pub use body::LaneBody;
+pub use head::Framing;
+
+/// The largest response head the lane reads (status line and fields), like hyper's bound.
+pub const MAX_HEAD: usize = 64 * 1024;
+
+/// The most header fields a response head may carry (hyper's default too).
+pub const MAX_HEADERS: usize = 100;
+
+/// Why the lane got no usable response head, or a body broke off.
+#[derive(Debug, thiserror::Error)]
+pub enum LaneError {
+    /// Reading or writing the connection failed.
+    #[error("upstream connection: {0}")]
+    Io(#[from] io::Error),
+    /// The upstream closed the connection before a whole response head (`received`: some
+    /// of it had come).
+    #[error("the upstream closed the connection before its response head")]
+    Closed {
+        /// Whether any byte of a response had arrived.
+        received: bool,
+    },
+    /// The response head or its framing is not HTTP/1.1 we accept.
+    #[error("malformed upstream response: {0}")]
+    Malformed(&'static str),
+    /// The body ended before its framing said it would.
+    #[error("the upstream closed the connection in the middle of a response body")]
+    Truncated,
+}
+
+impl LaneError {
+    /// Whether the upstream certainly sent nothing back: on a kept-alive connection, the
+    /// sign that it had closed it before the request arrived.
+    pub fn nothing_received(&self) -> bool {
+        match self {
+            LaneError::Closed { received } => !received,
+            LaneError::Io(e) => matches!(
+                e.kind(),
+                io::ErrorKind::ConnectionReset
+                    | io::ErrorKind::BrokenPipe
+                    | io::ErrorKind::ConnectionAborted
+            ),
+            _ => false,
+        }
+    }
+}
+
+/// One upstream connection: the socket, what has been read from it and not yet used, and
+/// the buffer the request head is written into (both kept, so a kept-alive connection
+/// allocates nothing per request).
+pub struct Conn {
+    stream: TcpStream,
+    read: BytesMut,
+    write: Vec<u8>,
+    /// Scratch for the header fields' offsets while a head is parsed.
+    offsets: Vec<[usize; 4]>,
+    /// Whether the current response leaves the connection fit for another request (once
+    /// its body has been read to its end).
+    keep_alive: bool,
+}
+
+impl Conn {
+    /// A new connection over `stream` (already connected).
+    pub fn new(stream: TcpStream) -> Conn {
+        Conn {
+            stream,
+            read: BytesMut::with_capacity(8 * 1024),
+            write: Vec::with_capacity(1024),
+            offsets: Vec::new(),
+            keep_alive: true,
+        }
+    }
+
+    /// Whether the last response left the connection fit for another request: read to its
+    /// exact end (nothing after it in the buffer) and kept alive.
+    pub fn reusable(&self) -> bool {
+        self.keep_alive && self.read.is_empty()
+    }
+
+    /// Whether an idle connection can carry a request: the upstream has neither closed it
+    /// nor sent anything unasked. Costs no system call unless the socket has become
+    /// readable (Tokio's readiness), which an idle one should not be.
+    pub fn still_open(&self) -> bool {
+        if !self.read.is_empty() {
+            return false;
+        }
+        let mut cx = Context::from_waker(Waker::noop());
+        match self.stream.poll_read_ready(&mut cx) {
+            Poll::Pending => true,
+            Poll::Ready(Err(_)) => false,
+            Poll::Ready(Ok(())) => {
+                let mut byte = [0u8; 1];
+                matches!(self.stream.try_read(&mut byte),
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock)
+            }
+        }
+    }
+
+    /// Sends the head of a request without a body and reads the response head: the
+    /// response (its body to be read from this connection) and how it is framed.
+    pub async fn exchange(
+        &mut self,
+        request: &Parts,
+    ) -> Result<(http::response::Parts, Framing), LaneError> {
+        self.write.clear();
+        self.keep_alive = true;
+        head::write_request(&mut self.write, request);
+        self.stream.write_all(&self.write).await?;
+        let head_request = request.method == http::Method::HEAD;
+        loop {
+            let parsed = self.read_head().await?;
+            match head::build(self, parsed, head_request)? {
+                Some(answer) => return Ok(answer),
+                // An interim 1xx answer (100 Continue, 103 Early Hints): the real one follows.
+                None => continue,
+            }
+        }
+    }
+
+    /// Reads until the buffer starts with a whole response head; returns it parsed.
+    async fn read_head(&mut self) -> Result<head::Parsed, LaneError> {
+        loop {
+            // Only the first MAX_HEAD bytes may hold the head, however much one read brought.
+            let window = &self.read[..self.read.len().min(MAX_HEAD)];
+            if !window.is_empty()
+                && let Some(parsed) = head::parse(window, &mut self.offsets)?
+            {
+                return Ok(parsed);
+            }
+            if self.read.len() >= MAX_HEAD {
+                return Err(LaneError::Malformed("response head too large"));
+            }
+            self.reserve();
+            if self.stream.read_buf(&mut self.read).await? == 0 {
+                return Err(LaneError::Closed {
+                    received: !self.read.is_empty(),
+                });
+            }
+        }
+    }
+
+    /// Room for the next read.
+    fn reserve(&mut self) {
+        if self.read.capacity() - self.read.len() < 2048 {
+            self.read.reserve(16 * 1024);
+        }
+    }
+
+    /// Reads more into the buffer from a body's `poll_frame`: the number of bytes read
+    /// (0: the upstream closed the connection).
+    fn poll_fill(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<usize>> {
+        self.reserve();
+        loop {
+            match self.stream.poll_read_ready(cx) {
+                Poll::Ready(Ok(())) => {}
+                Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                Poll::Pending => return Poll::Pending,
+            }
+            match self.stream.try_read_buf(&mut self.read) {
+                // Spurious readiness: try_read cleared it; wait again.
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                read => return Poll::Ready(read),
+            }
+        }
+    }
+}
+
+/// Connects to `authority` (port 80 when it names none), within `timeout`.
+pub async fn connect(
+    authority: &http::uri::Authority,
+    timeout: std::time::Duration,
+) -> io::Result<Conn> {
+    let port = authority.port_u16().unwrap_or(80);
+    let host = authority.host();
+    let connecting = TcpStream::connect((host.trim_matches(['[', ']']), port));
+    let stream = tokio::time::timeout(timeout, connecting)
+        .await
+        .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "connect timed out"))??;
+    stream.set_nodelay(true)?;
+    Ok(Conn::new(stream))
+}

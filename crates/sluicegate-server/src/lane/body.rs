@@ -1,0 +1,363 @@
+//! A response body read off a lane connection, as an `http_body::Body`: whole when it was
+//! already in the buffer with the head (the connection then went back at once), else
+//! streamed by its framing — `Content-Length`, chunked (decoded; trailers passed on as a
+//! trailers frame), or until the upstream closes. The connection goes back to the pool
+//! when the body has been read to its exact end and nothing follows it; a body dropped
+//! before its end drops (closes) the connection, whose rest is still coming.
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll, ready};
+
+use bytes::{Buf as _, Bytes};
+use http::{HeaderMap, HeaderName, HeaderValue};
+use hyper::body::{Frame, SizeHint};
+
+use super::{Conn, Framing, LaneError, MAX_HEAD};
+use crate::upstream::Upstream;
+
+/// The longest chunk-size line read (the size and any extensions).
+const MAX_CHUNK_LINE: usize = 4096;
+
+/// The most trailer fields a chunked body may end with.
+const MAX_TRAILERS: usize = 32;
+
+/// A response body from the lane (see the module's documentation).
+pub struct LaneBody {
+    state: State,
+}
+
+enum State {
+    /// The whole body in hand (or nothing left to give).
+    Whole(Option<Bytes>),
+    /// Still on the connection.
+    Streaming(Streaming),
+}
+
+struct Streaming {
+    conn: Conn,
+    kind: Kind,
+    /// Body bytes read with the head, passed on first.
+    first: Option<Bytes>,
+    /// Where the connection goes back, and the pool generation it came from.
+    back: (Arc<Upstream>, u64),
+}
+
+enum Kind {
+    /// Bytes still to come after `first`.
+    Length(u64),
+    Chunked(Chunk),
+    Close,
+}
+
+/// Where the chunked decoder is.
+enum Chunk {
+    Size,
+    Data(u64),
+    DataEnd,
+    Trailers,
+}
+
+/// What a step of a streaming body came to.
+enum Step {
+    Frame(Frame<Bytes>),
+    /// The end: the connection has been given back or dropped.
+    End,
+    /// More bytes are needed from the connection.
+    More,
+}
+
+impl LaneBody {
+    /// The body of the response whose head `conn` has just read, framed by `framing`; gives
+    /// the connection back to `upstream` (pool `generation`) once it is fit for another
+    /// request — at once when the whole body is already in the buffer.
+    pub fn start(
+        mut conn: Conn,
+        framing: Framing,
+        upstream: &Arc<Upstream>,
+        generation: u64,
+    ) -> LaneBody {
+        let take = match framing {
+            Framing::Empty => Some(0),
+            Framing::Length(n) => usize::try_from(n).ok().filter(|&n| n <= conn.read.len()),
+            Framing::Chunked | Framing::Close => None,
+        };
+        if let Some(n) = take {
+            let whole = conn.read.split_to(n).freeze();
+            upstream.give_back_conn(conn, generation);
+            return LaneBody {
+                state: State::Whole((!whole.is_empty()).then_some(whole)),
+            };
+        }
+        let (kind, first) = match framing {
+            Framing::Length(n) => {
+                let first = already_read(&mut conn);
+                let read = first.as_ref().map_or(0, |b| b.len() as u64);
+                (Kind::Length(n - read), first)
+            }
+            Framing::Chunked => (Kind::Chunked(Chunk::Size), None),
+            Framing::Empty | Framing::Close => (Kind::Close, already_read(&mut conn)),
+        };
+        LaneBody {
+            state: State::Streaming(Streaming {
+                conn,
+                kind,
+                first,
+                back: (upstream.clone(), generation),
+            }),
+        }
+    }
+}
+
+impl http_body::Body for LaneBody {
+    type Data = Bytes;
+    type Error = LaneError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, LaneError>>> {
+        let streaming = match &mut self.state {
+            State::Whole(whole) => return Poll::Ready(whole.take().map(|b| Ok(Frame::data(b)))),
+            State::Streaming(streaming) => streaming,
+        };
+        let polled = streaming.poll(cx);
+        let finished = match &polled {
+            Poll::Ready(None) => true,
+            Poll::Ready(Some(Ok(_))) => streaming.is_end(),
+            // A broken body: the connection is dropped (closed), not given back.
+            Poll::Ready(Some(Err(_))) => {
+                self.state = State::Whole(None);
+                false
+            }
+            Poll::Pending => false,
+        };
+        if finished
+            && let State::Streaming(done) = std::mem::replace(&mut self.state, State::Whole(None))
+        {
+            // The last of the body: the connection is done with now.
+            done.finish();
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match &self.state {
+            State::Whole(whole) => whole.is_none(),
+            State::Streaming(_) => false,
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match &self.state {
+            State::Whole(whole) => {
+                SizeHint::with_exact(whole.as_ref().map_or(0, |b| b.len() as u64))
+            }
+            State::Streaming(Streaming {
+                kind: Kind::Length(rest),
+                first,
+                ..
+            }) => SizeHint::with_exact(rest + first.as_ref().map_or(0, |b| b.len() as u64)),
+            State::Streaming(_) => SizeHint::default(),
+        }
+    }
+}
+
+impl Streaming {
+    /// The next frame, reading from the connection as needed.
+    fn poll(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, LaneError>>> {
+        if let Some(first) = self.first.take() {
+            return Poll::Ready(Some(Ok(Frame::data(first))));
+        }
+        loop {
+            match self.step() {
+                Ok(Step::Frame(frame)) => return Poll::Ready(Some(Ok(frame))),
+                Ok(Step::End) => return Poll::Ready(None),
+                Ok(Step::More) => {}
+                Err(e) => return Poll::Ready(Some(Err(e))),
+            }
+            match ready!(self.conn.poll_fill(cx)) {
+                Ok(0) if matches!(self.kind, Kind::Close) => {
+                    self.conn.keep_alive = false;
+                    self.kind = Kind::Length(0);
+                    return Poll::Ready(None);
+                }
+                Ok(0) => return Poll::Ready(Some(Err(LaneError::Truncated))),
+                Ok(_) => {}
+                Err(e) => return Poll::Ready(Some(Err(LaneError::Io(e)))),
+            }
+        }
+    }
+
+    /// Whether everything of the body has been passed on.
+    fn is_end(&self) -> bool {
+        matches!(self.kind, Kind::Length(0)) && self.first.is_none()
+    }
+
+    /// Gives the connection back (the pool takes it only if fit for another request).
+    fn finish(self) {
+        let (upstream, generation) = self.back;
+        upstream.give_back_conn(self.conn, generation);
+    }
+
+    /// Decodes what the buffer holds into the next frame, if it can.
+    fn step(&mut self) -> Result<Step, LaneError> {
+        let read = &mut self.conn.read;
+        match &mut self.kind {
+            Kind::Length(0) => Ok(Step::End),
+            Kind::Length(rest) => {
+                if read.is_empty() {
+                    return Ok(Step::More);
+                }
+                let take = usize::try_from(*rest).map_or(read.len(), |rest| rest.min(read.len()));
+                *rest -= take as u64;
+                Ok(Step::Frame(Frame::data(read.split_to(take).freeze())))
+            }
+            Kind::Close if read.is_empty() => Ok(Step::More),
+            Kind::Close => Ok(Step::Frame(Frame::data(read.split().freeze()))),
+            Kind::Chunked(_) => self.step_chunked(),
+        }
+    }
+
+    /// One step of the chunked decoder (RFC 9112 §7.1).
+    fn step_chunked(&mut self) -> Result<Step, LaneError> {
+        let read = &mut self.conn.read;
+        let Kind::Chunked(chunk) = &mut self.kind else {
+            return Ok(Step::End);
+        };
+        loop {
+            match chunk {
+                Chunk::Size => {
+                    let Some(end) = read.windows(2).position(|w| w == b"\r\n") else {
+                        return more(read.len() <= MAX_CHUNK_LINE, "chunk-size line too long");
+                    };
+                    let size = chunk_size(&read[..end])?;
+                    read.advance(end + 2);
+                    *chunk = if size == 0 {
+                        Chunk::Trailers
+                    } else {
+                        Chunk::Data(size)
+                    };
+                }
+                Chunk::Data(rest) => {
+                    if read.is_empty() {
+                        return Ok(Step::More);
+                    }
+                    let take =
+                        usize::try_from(*rest).map_or(read.len(), |rest| rest.min(read.len()));
+                    *rest -= take as u64;
+                    if *rest == 0 {
+                        *chunk = Chunk::DataEnd;
+                    }
+                    return Ok(Step::Frame(Frame::data(read.split_to(take).freeze())));
+                }
+                Chunk::DataEnd => {
+                    if read.len() < 2 {
+                        return Ok(Step::More);
+                    }
+                    if &read[..2] != b"\r\n" {
+                        return Err(LaneError::Malformed("chunk data not followed by CRLF"));
+                    }
+                    read.advance(2);
+                    *chunk = Chunk::Size;
+                }
+                Chunk::Trailers => return self.trailers(),
+            }
+        }
+    }
+
+    /// After the last chunk: the trailer section, if any, then the end.
+    fn trailers(&mut self) -> Result<Step, LaneError> {
+        let read = &mut self.conn.read;
+        if read.len() < 2 {
+            return Ok(Step::More);
+        }
+        let fields = if read.starts_with(b"\r\n") {
+            read.advance(2);
+            None
+        } else {
+            let Some(end) = read.windows(4).position(|w| w == b"\r\n\r\n") else {
+                return more(read.len() <= MAX_HEAD, "trailer section too large");
+            };
+            let fields = trailer_fields(&read[..end + 4])?;
+            read.advance(end + 4);
+            Some(fields)
+        };
+        // Everything of the body has been read: the end comes with the next poll.
+        self.kind = Kind::Length(0);
+        Ok(fields.map_or(Step::End, |fields| Step::Frame(Frame::trailers(fields))))
+    }
+}
+
+/// The body bytes read with the head, if any.
+fn already_read(conn: &mut Conn) -> Option<Bytes> {
+    (!conn.read.is_empty()).then(|| conn.read.split().freeze())
+}
+
+/// `Step::More` while `within` the bound, else the error `what`.
+fn more(within: bool, what: &'static str) -> Result<Step, LaneError> {
+    if within {
+        Ok(Step::More)
+    } else {
+        Err(LaneError::Malformed(what))
+    }
+}
+
+/// The size of a chunk-size line (hex, at most 15 digits; extensions after `;` ignored).
+fn chunk_size(line: &[u8]) -> Result<u64, LaneError> {
+    let digits = line
+        .split(|&b| b == b';')
+        .next()
+        .unwrap_or_default()
+        .trim_ascii_end();
+    if digits.is_empty() || digits.len() > 15 {
+        return Err(LaneError::Malformed("invalid chunk size"));
+    }
+    digits.iter().try_fold(0u64, |n, &d| {
+        let digit = char::from(d)
+            .to_digit(16)
+            .ok_or(LaneError::Malformed("invalid chunk size"))?;
+        Ok(n << 4 | u64::from(digit))
+    })
+}
+
+/// A trailer section (the fields and the blank line) as a header map.
+fn trailer_fields(section: &[u8]) -> Result<HeaderMap, LaneError> {
+    let mut slots = [httparse::EMPTY_HEADER; MAX_TRAILERS];
+    let parsed = match httparse::parse_headers(section, &mut slots) {
+        Ok(httparse::Status::Complete((_, fields))) => fields,
+        _ => return Err(LaneError::Malformed("invalid trailer section")),
+    };
+    let mut map = HeaderMap::with_capacity(parsed.len());
+    for field in parsed {
+        let name = HeaderName::from_bytes(field.name.as_bytes());
+        let value = HeaderValue::from_bytes(field.value);
+        let (Ok(name), Ok(value)) = (name, value) else {
+            return Err(LaneError::Malformed("invalid trailer field"));
+        };
+        map.append(name, value);
+    }
+    Ok(map)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chunk_sizes_are_hex_with_extensions_ignored() {
+        assert_eq!(chunk_size(b"1a").unwrap(), 26);
+        assert_eq!(chunk_size(b"FF;name=value").unwrap(), 255);
+        assert_eq!(chunk_size(b"0 ").unwrap(), 0);
+        for bad in [&b""[..], b"g", b"-1", b" 1", b"1234567890abcdef0", b";x"] {
+            assert!(chunk_size(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn trailers_are_parsed_and_bad_ones_refused() {
+        let map = trailer_fields(b"x-sum: 42\r\nx-b: 1\r\n\r\n").unwrap();
+        assert_eq!(map["x-sum"], "42");
+        assert!(trailer_fields(b"no colon\r\n\r\n").is_err());
+    }
+}
