@@ -268,13 +268,10 @@ async fn proxy(Gateway(gateway): Gateway, peer: SocketAddr, mut request: Request
         Ok(request) => request,
         Err(e) => return e.into_response(),
     };
-    let sent = tokio::time::timeout(
-        config.upstream_timeout,
-        gateway
-            .upstream
-            .send(config, upstream_request, upgrade.is_some()),
-    );
-    let (response, body) = match sent.await {
+    let sent = gateway
+        .upstream
+        .send(config, upstream_request, upgrade.is_some());
+    let (response, body) = match tokio::time::timeout(config.upstream_timeout, sent).await {
         Ok(Ok(Sent::Lane(response))) => {
             let (parts, body) = response.into_parts();
             (parts, Body::new(body))

@@ -188,7 +188,10 @@ impl Upstream {
             let (parts, _) = request.into_parts();
             return self.send_lane(config, &parts).await.map(Sent::Lane);
         }
-        let (response, pooled) = self.send_hyper(config, request).await?;
+        // Boxed: its state (a TLS stream being set up, hyper's handshake) is several times
+        // the lane's, and every request's future would otherwise carry that size, moved
+        // whole into hyper's dispatcher per request.
+        let (response, pooled) = Box::pin(self.send_hyper(config, request)).await?;
         Ok(Sent::Hyper(response, pooled))
     }
 
@@ -204,11 +207,13 @@ impl Upstream {
         let reused = idle.is_some();
         let mut conn = match idle {
             Some(conn) => conn,
-            None => self.connect_conn(config).await?,
+            // Boxed (here and below): connecting is rare, and its state (name resolution, a
+            // timer) would otherwise enlarge every request's future.
+            None => Box::pin(self.connect_conn(config)).await?,
         };
         let answer = match conn.exchange(request).await {
             Err(e) if reused && e.nothing_received() && request.method.is_idempotent() => {
-                conn = self.connect_conn(config).await?;
+                conn = Box::pin(self.connect_conn(config)).await?;
                 conn.exchange(request).await
             }
             answer => answer,
