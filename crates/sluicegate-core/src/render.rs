@@ -283,11 +283,17 @@ impl SfList {
             self.out.push_str(", ");
         }
         self.out.push('"');
-        for c in name.chars() {
-            if matches!(c, '"' | '\\') {
-                self.out.push('\\');
+        // Names rarely hold a quote or a backslash: copied whole then, not char by char
+        // (a push a character was ~10 instructions each, callgrind).
+        if name.bytes().any(|b| matches!(b, b'"' | b'\\')) {
+            for c in name.chars() {
+                if matches!(c, '"' | '\\') {
+                    self.out.push('\\');
+                }
+                self.out.push(c);
             }
-            self.out.push(c);
+        } else {
+            self.out.push_str(name);
         }
         self.out.push('"');
         let mut digits = itoa::Buffer::new();

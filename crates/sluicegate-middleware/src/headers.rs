@@ -4,11 +4,13 @@
 //! [`sluicegate_core::render`] (the Envoy service uses the same renderer); this module only
 //! writes it into an [`http::HeaderMap`] and builds the responses.
 
+use std::sync::Arc;
+
 use bytes::{Bytes, BytesMut};
 use http::{HeaderMap, HeaderName, HeaderValue, Response, StatusCode, header};
 use http_body_util::Full;
 use sluicegate_core::render::{self, Header, HeaderSink, Value};
-use sluicegate_core::{SystemClock, Verdict};
+use sluicegate_core::{Policy, SystemClock, Verdict};
 
 pub use sluicegate_core::render::{
     HeaderSet, RejectionBody, UnknownHeaderSet, ceil_secs, retry_after_secs,
@@ -40,34 +42,112 @@ fn name(header: Header) -> HeaderName {
     }
 }
 
-/// An [`http::HeaderMap`] as a [`HeaderSink`], with the route's `RateLimit-Policy` when it
-/// was computed ahead.
+/// The header values of a route that do not change from one request to the next, rendered
+/// when the route is built: its `RateLimit-Policy` field and each policy's limit (the
+/// `RateLimit-Limit` and `X-RateLimit-Limit` values).
 ///
-/// Numbers and the cached field are written into one buffer that the header values share
-/// (two allocations a response instead of one a value), and the cached field is copied
-/// rather than cloned: a clone would count references on bytes every worker thread shares.
+/// A response clones them: a reference count on bytes the worker threads share, where a
+/// copy into the response's own buffer cost ~350 instructions more (callgrind); the
+/// count's contention cost nothing measurable (docs/benchmarks/middleware.md).
+#[derive(Debug, Clone, Default)]
+pub struct RouteFields {
+    policy_field: Option<HeaderValue>,
+    limits: Box<[(u64, HeaderValue)]>,
+}
+
+impl RouteFields {
+    /// The fields of a route deciding `policies`; no `RateLimit-Policy` when one is on a
+    /// calendar (its window's length changes with the date: computed per response then).
+    pub fn new(policies: &[Arc<Policy>]) -> RouteFields {
+        let calendar = policies.iter().any(|p| p.calendar().is_some());
+        let mut limits: Vec<(u64, HeaderValue)> = Vec::with_capacity(policies.len());
+        for p in policies {
+            if !limits.iter().any(|(l, _)| *l == p.limit()) {
+                limits.push((p.limit(), HeaderValue::from(p.limit())));
+            }
+        }
+        RouteFields {
+            policy_field: if calendar {
+                None
+            } else {
+                policy_field(policies)
+            },
+            limits: limits.into(),
+        }
+    }
+
+    /// The `RateLimit-Policy` value, when it does not depend on the date.
+    pub fn policy_field(&self) -> Option<&HeaderValue> {
+        self.policy_field.as_ref()
+    }
+}
+
+/// `0` to `999` as three digits each, back to back: the small numbers of most responses
+/// (seconds to a reset, `Retry-After`, what is left of a small limit) are sent from here,
+/// with no allocation.
+static SMALL_NUMBERS: [u8; 3000] = {
+    let mut table = [0u8; 3000];
+    let mut n = 0;
+    while n < 1000 {
+        table[3 * n] = b'0' + (n / 100) as u8;
+        table[3 * n + 1] = b'0' + (n / 10 % 10) as u8;
+        table[3 * n + 2] = b'0' + (n % 10) as u8;
+        n += 1;
+    }
+    table
+};
+
+/// `n` in decimal from [`SMALL_NUMBERS`], when it is below 1000.
+fn small_number(n: u64) -> Option<HeaderValue> {
+    let n = usize::try_from(n).ok().filter(|n| *n < 1000)?;
+    let lead = match n {
+        0..=9 => 2,
+        10..=99 => 1,
+        _ => 0,
+    };
+    HeaderValue::from_maybe_shared(Bytes::from_static(&SMALL_NUMBERS[3 * n + lead..3 * n + 3])).ok()
+}
+
+/// An [`http::HeaderMap`] as a [`HeaderSink`], with the route's [`RouteFields`].
+///
+/// What is rendered per response (numbers of 1000 and more, the `RateLimit` field) is
+/// written into one buffer that those values share: one allocation a response, made only
+/// when one is needed.
 struct HttpSink<'a> {
     headers: &'a mut HeaderMap,
     policy_field: Option<&'a HeaderValue>,
+    limits: &'a [(u64, HeaderValue)],
     buf: BytesMut,
 }
 
 impl HttpSink<'_> {
     /// `bytes` as a header value sharing the sink's buffer.
     fn shared(&mut self, bytes: &[u8]) -> Option<HeaderValue> {
+        if self.buf.capacity() == 0 {
+            self.buf.reserve(VALUES_CAPACITY);
+        }
         self.buf.extend_from_slice(bytes);
         // Only rendered text comes here (digits, a field computed by the renderer), which
         // is always a valid value; the check is the safe constructor's, a loop over bytes.
         HeaderValue::from_maybe_shared(self.buf.split().freeze()).ok()
+    }
+
+    fn number(&mut self, header: Header, n: u64) -> Option<HeaderValue> {
+        if matches!(header, Header::RateLimitLimit | Header::XRateLimitLimit)
+            && let Some((_, value)) = self.limits.iter().find(|(limit, _)| *limit == n)
+        {
+            return Some(value.clone());
+        }
+        small_number(n).or_else(|| self.shared(itoa::Buffer::new().format(n).as_bytes()))
     }
 }
 
 impl HeaderSink for HttpSink<'_> {
     fn set(&mut self, header: Header, rendered: Value) {
         let value = match rendered {
-            Value::Int(n) => self.shared(itoa::Buffer::new().format(n).as_bytes()),
+            Value::Int(n) => self.number(header, n),
             Value::Static(s) => Some(HeaderValue::from_static(s)),
-            Value::Text(s) => HeaderValue::try_from(s).ok(),
+            Value::Text(s) => self.shared(s.as_bytes()),
         };
         if let Some(v) = value {
             self.headers.insert(name(header), v);
@@ -78,15 +158,14 @@ impl HeaderSink for HttpSink<'_> {
         let Some(field) = self.policy_field else {
             return false;
         };
-        if let Some(v) = self.shared(field.as_bytes()) {
-            self.headers.insert(name(Header::RateLimitPolicy), v);
-        }
+        self.headers
+            .insert(name(Header::RateLimitPolicy), field.clone());
         true
     }
 }
 
-/// Room for the numbers of every header set and a cached `RateLimit-Policy` of a few
-/// policies; more only means one more allocation.
+/// Room for the values rendered per response (two numbers of each set and the
+/// `RateLimit` field of a few policies); more only means one more allocation.
 const VALUES_CAPACITY: usize = 128;
 
 /// Writes the configured header sets for `verdict` into `headers`, plus `Retry-After` when
@@ -122,12 +201,40 @@ pub fn write_headers_cached(
     policy_field: Option<&HeaderValue>,
     headers: &mut HeaderMap,
 ) {
+    write_with(sets, verdict, policy_field, &[], headers);
+}
+
+/// [`write_headers`] with the values of `fields`, the route's (computed for the policies
+/// `verdict` decided).
+pub fn write_route_headers(
+    sets: &[HeaderSet],
+    verdict: &Verdict,
+    fields: &RouteFields,
+    headers: &mut HeaderMap,
+) {
+    write_with(
+        sets,
+        verdict,
+        fields.policy_field.as_ref(),
+        &fields.limits,
+        headers,
+    );
+}
+
+fn write_with(
+    sets: &[HeaderSet],
+    verdict: &Verdict,
+    policy_field: Option<&HeaderValue>,
+    limits: &[(u64, HeaderValue)],
+    headers: &mut HeaderMap,
+) {
     // Three headers a set at most, and Retry-After: the map grows once, not per header.
     headers.reserve(sets.len() * 3 + 1);
     let mut sink = HttpSink {
         headers,
         policy_field,
-        buf: BytesMut::with_capacity(VALUES_CAPACITY),
+        limits,
+        buf: BytesMut::new(),
     };
     render::write_headers(sets, verdict, &SystemClock, &mut sink);
 }
@@ -142,7 +249,7 @@ pub fn write_headers_cached(
 /// let field = sluicegate_middleware::headers::policy_field(&[auth]).unwrap();
 /// assert_eq!(field, r#""auth";q=10;w=60"#);
 /// ```
-pub fn policy_field(policies: &[std::sync::Arc<sluicegate_core::Policy>]) -> Option<HeaderValue> {
+pub fn policy_field(policies: &[Arc<Policy>]) -> Option<HeaderValue> {
     use sluicegate_core::Clock;
     render::policy_field(policies, SystemClock.now()).and_then(|v| HeaderValue::try_from(v).ok())
 }
@@ -191,6 +298,7 @@ pub fn forbidden_response() -> Response<Full<Bytes>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use sluicegate_core::calendar::{Calendar, CalendarUnit};
     use sluicegate_core::{AlgorithmKind, Decision, Mode, Policy};
     use std::sync::Arc;
     use std::time::Duration;
@@ -213,6 +321,112 @@ mod tests {
         write_headers_cached(&[HeaderSet::Ietf], &verdict, Some(&cached), &mut h);
         assert_eq!(h["ratelimit-policy"], cached);
         assert_eq!(h["ratelimit"], r#""p";r=4;t=1"#);
+    }
+
+    #[test]
+    fn small_numbers_are_their_decimal_text() {
+        for n in 0..1_200u64 {
+            match small_number(n) {
+                Some(v) => assert_eq!(v, n.to_string().as_str(), "{n}"),
+                None => assert!(n >= 1_000, "{n} is not in the table"),
+            }
+        }
+    }
+
+    /// The headers as the renderer says them, `name: value` (the oracle of the sink).
+    fn rendered(sets: &[HeaderSet], verdict: &Verdict) -> Vec<String> {
+        let mut out: Vec<(Header, Value)> = Vec::new();
+        render::write_headers(sets, verdict, &SystemClock, &mut out);
+        let mut text: Vec<String> = out
+            .iter()
+            .map(|(h, v)| format!("{}: {v}", h.name()))
+            .collect();
+        text.sort();
+        text
+    }
+
+    fn sent(headers: &HeaderMap) -> Vec<String> {
+        let mut text: Vec<String> = headers
+            .iter()
+            .map(|(h, v)| format!("{h}: {}", v.to_str().unwrap()))
+            .collect();
+        text.sort();
+        text
+    }
+
+    proptest::proptest! {
+        /// A route's pre-rendered values, the small-number table and the shared buffer
+        /// send exactly what the renderer says, whatever the numbers (limits a key's
+        /// override changed, numbers around the table's end, huge ones).
+        #[test]
+        fn route_headers_are_what_the_renderer_says(
+            decided in proptest::collection::vec(
+                (
+                    (1..3u64, proptest::bool::ANY),
+                    (0..2_000u64, 0..2_000u64, 0..3_000_000u64, proptest::bool::ANY),
+                ),
+                1..4,
+            ),
+            big in proptest::bool::ANY,
+        ) {
+            let scale = if big { 1_000_000_007 } else { 1 };
+            let mut policies = Vec::new();
+            let mut entries = Vec::new();
+            for (i, ((own, own_limit), (limit, remaining, reset, allowed))) in
+                decided.into_iter().enumerate()
+            {
+                let own = own * if big { 400_000_000 } else { 500 };
+                let p = policy(&format!("p{i}"), own, Duration::from_secs(60), Mode::Reject);
+                // A key's override may decide with another limit than the policy's.
+                let limit = if own_limit { own } else { limit * scale };
+                let d = if allowed {
+                    Decision::allow(limit, remaining * scale, reset * scale)
+                } else {
+                    Decision::deny(limit, 0, reset * scale, reset * scale / 2 + 1)
+                };
+                policies.push(Arc::clone(&p));
+                entries.push((p, d, 1));
+            }
+            let verdict = Verdict::combine(entries);
+            let fields = RouteFields::new(&policies);
+            // Not legacy: its reset is the clock's second, which may turn between calls.
+            let sets = [HeaderSet::Draft6, HeaderSet::Ietf];
+            let mut h = HeaderMap::new();
+            write_route_headers(&sets, &verdict, &fields, &mut h);
+            proptest::prop_assert_eq!(sent(&h), rendered(&sets, &verdict));
+            let mut legacy = HeaderMap::new();
+            write_route_headers(&[HeaderSet::Legacy], &verdict, &fields, &mut legacy);
+            let mut plain = HeaderMap::new();
+            write_headers(&[HeaderSet::Legacy], &verdict, &mut plain);
+            for name in ["x-ratelimit-limit", "x-ratelimit-remaining", "retry-after"] {
+                proptest::prop_assert_eq!(legacy.get(name), plain.get(name));
+            }
+        }
+    }
+
+    #[test]
+    fn route_fields_leave_out_a_calendar_policy_field() {
+        let day = Arc::new(
+            Policy::builder(
+                "day",
+                AlgorithmKind::FixedWindow,
+                10,
+                Duration::from_secs(86_400),
+            )
+            .calendar(Calendar::new(CalendarUnit::Day, "UTC").unwrap())
+            .build()
+            .unwrap(),
+        );
+        let plain = policy("p", 5, Duration::from_secs(1), Mode::Reject);
+        assert!(
+            RouteFields::new(&[Arc::clone(&plain), day])
+                .policy_field()
+                .is_none()
+        );
+        assert_eq!(
+            RouteFields::new(&[plain]).policy_field().unwrap(),
+            r#""p";q=5;w=1"#
+        );
     }
 
     #[test]

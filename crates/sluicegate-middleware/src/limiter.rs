@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use http::{HeaderMap, HeaderValue, Method, Response, StatusCode};
+use http::{HeaderMap, Method, Response, StatusCode};
 use http_body_util::Full;
 use sluicegate_core::store::check_key;
 use sluicegate_core::{
@@ -308,7 +308,7 @@ impl RateLimiter {
             },
             key: self.identity.ip_key(self.identity.mask(addr)),
             route_path: route.map_or_else(|| Arc::from(""), |r| Arc::clone(r.path_arc())),
-            policy_field: None,
+            fields: None,
             store: Arc::clone(self.decider.store()),
             header_sets: Arc::clone(&self.header_sets),
             wait_place: None,
@@ -375,7 +375,7 @@ impl RateLimiter {
             verdict,
             key,
             route_path: Arc::clone(route.path_arc()),
-            policy_field: route.policy_field().cloned(),
+            fields: Some(Arc::clone(route.fields())),
             store: Arc::clone(self.decider.store()),
             header_sets: Arc::clone(&self.header_sets),
             wait_place,
@@ -443,7 +443,8 @@ pub struct RateLimitDecision {
     verdict: Verdict,
     key: String,
     route_path: Arc<str>,
-    policy_field: Option<HeaderValue>,
+    /// The route's pre-rendered header values (`None` for a client on a deny list).
+    fields: Option<Arc<headers::RouteFields>>,
     store: Arc<dyn Store>,
     header_sets: Arc<[HeaderSet]>,
     pool: Option<PoolBinding>,
@@ -521,12 +522,12 @@ impl RateLimitDecision {
         if self.forbidden {
             return;
         }
-        headers::write_headers_cached(
-            &self.header_sets,
-            &self.verdict,
-            self.policy_field.as_ref(),
-            headers,
-        );
+        match &self.fields {
+            Some(fields) => {
+                headers::write_route_headers(&self.header_sets, &self.verdict, fields, headers)
+            }
+            None => headers::write_headers(&self.header_sets, &self.verdict, headers),
+        }
     }
 
     /// The 429 response: JSON body, `Retry-After`, rate-limit headers.

@@ -496,7 +496,7 @@ pub struct Route {
     policies: Arc<[Arc<Policy>]>,
     key: KeySpec,
     index: usize,
-    policy_field: Option<HeaderValue>,
+    fields: Arc<crate::headers::RouteFields>,
     access: Option<AccessList>,
     pool: Option<RoutePool>,
     cost: u64,
@@ -556,12 +556,7 @@ impl Route {
             case_insensitive: spec.case_insensitive,
             methods,
             headers,
-            // A calendar window's length changes with the date: computed per response then.
-            policy_field: if policies.iter().any(|p| p.calendar().is_some()) {
-                None
-            } else {
-                crate::headers::policy_field(&policies)
-            },
+            fields: Arc::new(crate::headers::RouteFields::new(&policies)),
             policies: policies.into(),
             key: spec.key.clone(),
             index,
@@ -617,7 +612,11 @@ impl Route {
     }
     /// Its `RateLimit-Policy` header value (the `ietf` set), computed once.
     pub fn policy_field(&self) -> Option<&HeaderValue> {
-        self.policy_field.as_ref()
+        self.fields.policy_field()
+    }
+    /// The header values that do not change between its requests, rendered once.
+    pub fn fields(&self) -> &Arc<crate::headers::RouteFields> {
+        &self.fields
     }
     /// The pool this route's requests pass through, if any.
     pub fn pool(&self) -> Option<&RoutePool> {

@@ -213,6 +213,43 @@ fn probe_layer_limited(rt: &tokio::runtime::Runtime, app: &Router, ips: &[String
     }
 }
 
+#[inline(never)]
+fn probe_layer_identity(rt: &tokio::runtime::Runtime, app: &Router, ips: &[String]) {
+    // The tag keeps LLVM from merging this function with its twins (callgrind needs all).
+    black_box(4usize);
+    for i in 0..N {
+        serve_one(rt, app, items_request(ips, i), 200);
+    }
+}
+
+#[inline(never)]
+fn probe_layer_governor(rt: &tokio::runtime::Runtime, app: &Router, ips: &[String]) {
+    // The tag keeps LLVM from merging this function with its twins (callgrind needs all).
+    black_box(5usize);
+    for i in 0..N {
+        serve_one(rt, app, items_request(ips, i), 200);
+    }
+}
+
+#[inline(never)]
+fn probe_layer_outer<S>(rt: &tokio::runtime::Runtime, service: &S, ips: &[String])
+where
+    S: tower::Service<Request<Body>, Response = axum::response::Response> + Clone,
+    S::Error: std::fmt::Debug,
+{
+    // The tag keeps LLVM from merging this function with its twins (callgrind needs all).
+    black_box(3usize);
+    for i in 0..N {
+        let response = rt.block_on(tower::ServiceExt::oneshot(
+            service.clone(),
+            items_request(ips, i),
+        ));
+        let response = response.expect("infallible");
+        assert_eq!(response.status(), 200);
+        black_box(response);
+    }
+}
+
 /// What nginx `auth_request` sends for a client's `GET /static/app/main.js`, which falls
 /// to the catch-all route.
 fn forward_auth_request(ips: &[String], i: usize) -> Request<Body> {
@@ -271,6 +308,15 @@ fn http_probes() {
     }
     if wanted("probe_layer_limited") {
         probe_layer_limited(&rt, &apps::limited_app(&HeaderSet::DEFAULT), &ips);
+    }
+    if wanted("probe_layer_identity") {
+        probe_layer_identity(&rt, &apps::identity_app(), &ips);
+    }
+    if wanted("probe_layer_governor") {
+        probe_layer_governor(&rt, &apps::governor_app(), &ips);
+    }
+    if wanted("probe_layer_outer") {
+        probe_layer_outer(&rt, &apps::limited_service(&HeaderSet::DEFAULT), &ips);
     }
     if wanted("probe_forward_auth_1") {
         probe_forward_auth_1(&rt, app(1).router(), &ips);
