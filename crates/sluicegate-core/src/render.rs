@@ -283,8 +283,7 @@ impl SfList {
             self.out.push_str(", ");
         }
         self.out.push('"');
-        // Names rarely hold a quote or a backslash: copied whole then, not char by char
-        // (a push a character was ~10 instructions each, callgrind).
+        // Names rarely hold a quote or a backslash: copied whole then, not char by char.
         if name.bytes().any(|b| matches!(b, b'"' | b'\\')) {
             for c in name.chars() {
                 if matches!(c, '"' | '\\') {
