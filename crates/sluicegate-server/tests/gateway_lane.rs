@@ -9,8 +9,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use sluicegate_testkit::{Sluicegate, sluicegate_bin, write};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use sluicegate_testkit::{Sluicegate, read_request_head, sluicegate_bin, write};
+use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
 
 /// The answer to `method path`, and whether the upstream closes the connection after it.
@@ -86,7 +86,7 @@ async fn upstream() -> (SocketAddr, Arc<AtomicUsize>) {
 async fn serve(mut socket: TcpStream) {
     let mut buf = Vec::new();
     loop {
-        let Some((method, path)) = read_head(&mut socket, &mut buf).await else {
+        let Some((method, path)) = read_request_head(&mut socket, &mut buf).await else {
             return;
         };
         let (bytes, close) = answer(&method, &path);
@@ -98,23 +98,6 @@ async fn serve(mut socket: TcpStream) {
         tokio::time::sleep(Duration::from_millis(2)).await;
         if socket.write_all(&bytes[split..]).await.is_err() || close {
             return;
-        }
-    }
-}
-
-/// The method and path of the next request's head, or `None` at the end of the connection.
-async fn read_head(socket: &mut TcpStream, buf: &mut Vec<u8>) -> Option<(String, String)> {
-    loop {
-        if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-            let head = String::from_utf8_lossy(&buf[..end]).into_owned();
-            buf.drain(..end + 4);
-            let mut words = head.split(' ');
-            return Some((words.next()?.to_owned(), words.next()?.to_owned()));
-        }
-        let mut chunk = [0u8; 4096];
-        match socket.read(&mut chunk).await {
-            Ok(0) | Err(_) => return None,
-            Ok(n) => buf.extend_from_slice(&chunk[..n]),
         }
     }
 }

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
-use sluicegate_testkit::{Sluicegate, eventually, sluicegate_bin, write};
+use sluicegate_testkit::{Sluicegate, eventually, read_request_head, sluicegate_bin, write};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
@@ -56,7 +56,7 @@ async fn upstream() -> (SocketAddr, Arc<Seen>) {
 async fn serve(mut socket: TcpStream, seen: &Seen) {
     let mut buf = Vec::new();
     loop {
-        let Some(path) = read_head(&mut socket, &mut buf).await else {
+        let Some((_, path)) = read_request_head(&mut socket, &mut buf).await else {
             return;
         };
         let body = match path.as_str() {
@@ -78,23 +78,6 @@ async fn serve(mut socket: TcpStream, seen: &Seen) {
         }
         if seen.close_after_each.load(Ordering::SeqCst) {
             return;
-        }
-    }
-}
-
-/// The path of the next request's head (its body, if any, is not expected), or `None` at
-/// the end of the connection.
-async fn read_head(socket: &mut TcpStream, buf: &mut Vec<u8>) -> Option<String> {
-    loop {
-        if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-            let head = String::from_utf8_lossy(&buf[..end]).into_owned();
-            buf.drain(..end + 4);
-            return head.split(' ').nth(1).map(str::to_owned);
-        }
-        let mut chunk = [0u8; 4096];
-        match socket.read(&mut chunk).await {
-            Ok(0) | Err(_) => return None,
-            Ok(n) => buf.extend_from_slice(&chunk[..n]),
         }
     }
 }

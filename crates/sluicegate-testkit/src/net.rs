@@ -54,3 +54,26 @@ where
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
+
+/// For a raw-TCP upstream written by a test: the method and path of the next request head on
+/// `socket` (bytes already read and not yet used are kept in `buf`), or `None` at the end of
+/// the connection. The head is consumed; a body, if any, is left for the caller.
+pub async fn read_request_head(
+    socket: &mut tokio::net::TcpStream,
+    buf: &mut Vec<u8>,
+) -> Option<(String, String)> {
+    use tokio::io::AsyncReadExt;
+    loop {
+        if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&buf[..end]).into_owned();
+            buf.drain(..end + 4);
+            let mut words = head.split(' ');
+            return Some((words.next()?.to_owned(), words.next()?.to_owned()));
+        }
+        let mut chunk = [0u8; 4096];
+        match socket.read(&mut chunk).await {
+            Ok(0) | Err(_) => return None,
+            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+        }
+    }
+}
