@@ -193,7 +193,10 @@ impl Algorithm for SlidingLog {
 
     #[inline]
     fn idle_at(&self, state: &Self::State) -> Micros {
-        state.entries.back().map_or(0, |(at, _)| at + self.period)
+        state
+            .entries
+            .back()
+            .map_or(0, |(at, _)| at.saturating_add(self.period))
     }
 
     fn heap_bytes(state: &Self::State) -> usize {

@@ -176,12 +176,16 @@ impl Algorithm for SlidingWindow {
         }
     }
 
+    /// Saturating: a state kept under a per-key override's shorter period counts its
+    /// `window` in that period, and the store's table still asks this (the policy's)
+    /// algorithm when it moves the state past a removed neighbour; the product can then
+    /// exceed `u64`. "Never idle" is the safe answer (an overridden key is never swept).
     #[inline]
     fn idle_at(&self, state: &Self::State) -> Micros {
         if state.current > 0 {
-            (state.window + 2) * self.period
+            state.window.saturating_add(2).saturating_mul(self.period)
         } else if state.previous > 0 {
-            (state.window + 1) * self.period
+            state.window.saturating_add(1).saturating_mul(self.period)
         } else {
             0
         }
