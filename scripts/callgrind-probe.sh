@@ -15,7 +15,7 @@ fi
 n=20000 # the probe's iterations per step (N in callgrind_probe.rs)
 all="probe_store_check probe_limiter_check probe_write_headers probe_rejection
   probe_route_find_small probe_route_find_large probe_route_scan_small probe_route_scan_large
-  probe_api_bare probe_api_check probe_layer_bare probe_layer_limited probe_layer_outer
+  probe_api_bare probe_api_check probe_api_lean probe_layer_bare probe_layer_limited probe_layer_outer
   probe_layer_identity probe_layer_governor
   probe_forward_auth_1 probe_forward_auth_5000"
 for step in ${STEPS:-$all}; do

@@ -127,6 +127,16 @@ pub fn authorize(runtime: &Runtime, headers: &HeaderMap) -> Result<(), ApiError>
     )
 }
 
+/// [`authorize`] on the `Authorization` value itself (the lean HTTP path has no map).
+pub fn authorize_value(runtime: &Runtime, authorization: Option<&[u8]>) -> Result<(), ApiError> {
+    let server = &runtime.config.server;
+    api::admin::authorize_api_value(
+        server.api_token.as_deref(),
+        server.admin_token.as_deref(),
+        authorization,
+    )
+}
+
 /// The methods `/v1/forward-auth` answers: the eight an OpenAPI document can declare (its
 /// spec declares them all). Extension methods (`QUERY`, `PROPFIND`…) are answered 405.
 fn forward_auth_methods() -> MethodFilter {

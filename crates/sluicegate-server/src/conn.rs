@@ -20,6 +20,12 @@
 //! wait in the kernel's backlog instead of costing a task and a file descriptor each. The
 //! slot belongs to the socket: a connection upgraded to a tunnel (WebSocket) keeps it.
 //!
+//! A listener with a lean path ([`serve_with`], the API's) runs each connection through
+//! [`h1::drive`] first: plain requests its handler takes are answered from the socket's
+//! bytes, reported to the watchdog as requests in progress like hyper's, and the connection
+//! goes to hyper (below) at the first other request. A graceful shutdown closes a lean
+//! connection between requests; the drain waits for it as for hyper's.
+//!
 //! On a TLS listener the handshake happens inside the same watch: it counts toward the
 //! first request's `header_read_timeout`, so a client that opens TCP and never finishes
 //! the handshake is closed like one that never finishes its head.
@@ -48,6 +54,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 use tower::ServiceExt;
 
 use crate::config::ConnectionLimits;
+use crate::h1;
 
 /// The connection budget of one listener (shared by the gateway's worker threads).
 pub fn permits(limits: &ConnectionLimits) -> Arc<Semaphore> {
@@ -97,8 +104,44 @@ pub async fn serve(
     tls: Option<tokio_rustls::TlsAcceptor>,
     stop: watch::Receiver<bool>,
 ) -> Result<(), crate::error::ServerError> {
+    let front = Handlers {
+        app,
+        lean: None::<h1::Never>,
+    };
+    serve_with(listener, front, limits, permits, tls, stop).await
+}
+
+/// What answers a listener's connections: `lean` on the lean HTTP/1.1 path ([`h1`]) when
+/// set, `app` behind hyper for everything else.
+#[derive(Clone)]
+pub struct Handlers<A, L> {
+    /// The app behind hyper.
+    pub app: A,
+    /// The lean path's handler, if the listener has one.
+    pub lean: Option<L>,
+}
+
+impl<A: App + h1::Handler> Handlers<A, A> {
+    /// `app` on both paths (the API's `Front`).
+    pub fn both(app: A) -> Handlers<A, A> {
+        Handlers {
+            app: app.clone(),
+            lean: Some(app),
+        }
+    }
+}
+
+/// [`serve`], with the requests `front.lean` takes answered on the lean path.
+pub async fn serve_with<A: App, L: h1::Handler>(
+    listener: TcpListener,
+    front: Handlers<A, L>,
+    limits: ConnectionLimits,
+    permits: Arc<Semaphore>,
+    tls: Option<tokio_rustls::TlsAcceptor>,
+    stop: watch::Receiver<bool>,
+) -> Result<(), crate::error::ServerError> {
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
-    let stopped = crate::serve::stopped(stop);
+    let stopped = crate::serve::stopped(stop.clone());
     tokio::pin!(stopped);
     loop {
         let (stream, peer, permit) = tokio::select! {
@@ -114,7 +157,11 @@ pub async fn serve(
             activity: Arc::clone(&activity),
             _slot: Some(permit),
         };
-        let served = served(io, peer, app.clone(), tls.clone(), graceful.watcher());
+        let watch = Watch {
+            watcher: graceful.watcher(),
+            stop: stop.clone(),
+        };
+        let served = served(io, peer, front.clone(), tls.clone(), watch);
         tokio::spawn(async move {
             // Whichever ends first; dropping the connection closes the socket (and frees
             // its slot, unless an upgrade took the socket over).
@@ -154,33 +201,67 @@ pub async fn accept(
     }
 }
 
+/// How a connection learns of a graceful shutdown: hyper's connections through `watcher`,
+/// the lean path through `stop` (holding `watcher` meanwhile, so the shutdown waits for it).
+struct Watch {
+    watcher: hyper_util::server::graceful::Watcher,
+    stop: watch::Receiver<bool>,
+}
+
 /// One accepted socket served to the end: the TLS handshake first when `tls` is set (a
 /// failed one is logged at debug and closes it), then HTTP, watched for graceful shutdown.
-async fn served<T>(
+async fn served<T, A: App, L: h1::Handler>(
     io: Metered<T>,
     peer: SocketAddr,
-    app: impl App,
+    front: Handlers<A, L>,
     tls: Option<tokio_rustls::TlsAcceptor>,
-    watcher: hyper_util::server::graceful::Watcher,
+    watch: Watch,
 ) where
     T: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let activity = Arc::clone(&io.activity);
     match tls {
-        None => {
-            let _ = watcher
-                .watch(connection(io, peer, app, &activity, false))
-                .await;
-        }
+        None => http(io, peer, front, &activity, false, watch).await,
         Some(acceptor) => match acceptor.accept(io).await {
-            Ok(stream) => {
-                let _ = watcher
-                    .watch(connection(stream, peer, app, &activity, true))
-                    .await;
-            }
+            Ok(stream) => http(stream, peer, front, &activity, true, watch).await,
             Err(error) => tracing::debug!(%peer, %error, "TLS handshake failed"),
         },
     }
+}
+
+/// HTTP on `io`: the lean path first when the listener has one, hyper from the first
+/// request it does not take; hyper alone otherwise.
+async fn http<I, A: App, L: h1::Handler>(
+    io: I,
+    peer: SocketAddr,
+    front: Handlers<A, L>,
+    activity: &Arc<Activity>,
+    secure: bool,
+    watch: Watch,
+) where
+    I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let Watch { watcher, stop } = watch;
+    let Some(lean) = front.lean else {
+        let _ = watcher
+            .watch(connection(io, peer, front.app, activity, secure))
+            .await;
+        return;
+    };
+    let app = front.app;
+    h1::drive(
+        io,
+        lean,
+        peer,
+        crate::serve::stopped(stop),
+        || activity.request_started(),
+        |rewound| async move {
+            let _ = watcher
+                .watch(connection(rewound, peer, app, activity, secure))
+                .await;
+        },
+    )
+    .await;
 }
 
 /// Copies bytes both ways between `client` and `upstream` until either side closes, or

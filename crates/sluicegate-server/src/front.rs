@@ -14,6 +14,12 @@
 //! too. Any other method on `/v1/check` still reaches the router (405 with `Allow`), and
 //! the route stays registered there, so the OpenAPI document and the router's behaviour
 //! are unchanged.
+//!
+//! On the listener the same steps first run on the lean HTTP/1.1 path ([`crate::h1`]): a
+//! plain `POST /v1/check` is answered from the request's bytes, its response written as
+//! bytes (the rate-limit headers as field lines, [`crate::header_lines`]), with no hyper
+//! `Request`, `Response` or `HeaderMap`; any other request on the connection, and every one
+//! after it, is hyper's and comes to [`Front::serve`] as before.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -27,8 +33,10 @@ use http::{Method, Request};
 use hyper::body::Incoming;
 use tower::ServiceExt;
 
+use crate::api::check::Answered;
 use crate::api::{self, ApiError};
-use crate::state::AppState;
+use crate::h1;
+use crate::state::{AppState, Runtime};
 
 /// The API listener's app: the decision endpoint answered directly, the rest by `router`.
 #[derive(Clone)]
@@ -114,4 +122,68 @@ where
     api::check::require_json(request.headers())?;
     let body = api::check::read_body(request.into_body()).await?;
     api::check::answer(state, &runtime, &body).await
+}
+
+/// The lean path of the API listener: a plain `POST /v1/check` with its body within the
+/// 64 KiB bound (a larger one is hyper's, which answers 413 as before).
+impl h1::Handler for Front {
+    fn accepts(&self, head: &h1::Head<'_>) -> bool {
+        head.method() == "POST"
+            && head.path() == "/v1/check"
+            && head.content_length() <= api::MAX_BODY as u64
+    }
+
+    async fn answer<'a>(&'a self, request: h1::Request<'a>, out: &'a mut Vec<u8>) {
+        // The steps of `checked`, in its order, on the request's bytes.
+        let runtime = self.state.current();
+        let head = request.head;
+        let decided = async {
+            crate::app::authorize_value(&runtime, head.field("authorization"))?;
+            api::check::require_json_value(head.field("content-type"))?;
+            api::check::decided(&self.state, &runtime, request.body).await
+        };
+        match decided.await {
+            Ok(Answered::Plain {
+                verdict,
+                policy_field,
+                json,
+            }) => write_plain(out, &runtime, &verdict, policy_field, &json),
+            Ok(Answered::Full(response)) => write_full(out, response).await,
+            Err(e) => write_full(out, e.into_response()).await,
+        }
+    }
+}
+
+/// The common answer as hyper would send the response `api::check::answer` builds for it:
+/// `content-type`, the rate-limit fields, `content-length`, `date`, the JSON.
+fn write_plain(
+    out: &mut Vec<u8>,
+    runtime: &Runtime,
+    verdict: &sluicegate_core::Verdict,
+    policy_field: Option<&http::HeaderValue>,
+    json: &[u8],
+) {
+    out.extend_from_slice(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n");
+    let field = policy_field.map(http::HeaderValue::as_bytes);
+    crate::header_lines::write_lines(&runtime.header_sets, verdict, field, out);
+    out.extend_from_slice(b"content-length: ");
+    out.extend_from_slice(itoa::Buffer::new().format(json.len()).as_bytes());
+    out.extend_from_slice(b"\r\n");
+    h1::date(out);
+    out.extend_from_slice(b"\r\n");
+    out.extend_from_slice(json);
+}
+
+/// Any other answer (an error, a batch, an answer with a lease or reservation), written
+/// from its response. Their bodies are whole (`Full`): collecting one does not wait.
+async fn write_full(out: &mut Vec<u8>, response: Response) {
+    let (parts, body) = response.into_parts();
+    match axum::body::to_bytes(body, usize::MAX).await {
+        Ok(body) => h1::write_response(out, parts.status, &parts.headers, &body),
+        Err(e) => {
+            tracing::error!(error = %e, "an answer's body could not be read");
+            let failed = http::StatusCode::INTERNAL_SERVER_ERROR;
+            h1::write_response(out, failed, &http::HeaderMap::new(), b"");
+        }
+    }
 }

@@ -10,7 +10,8 @@
 //! - [`config`]: the TOML model and its validation (every error with line and column);
 //! - [`state`]: the shared [`state::AppState`] and the swappable [`state::Runtime`];
 //! - [`app`]: the axum router of the decision API; [`api`]: its handlers; [`front`]: the
-//!   listener's front door, answering `POST /v1/check` without the router;
+//!   listener's front door, answering `POST /v1/check` without the router; [`h1`]: the
+//!   lean HTTP/1.1 front that answers it without hyper, hyper taking any other request;
 //! - [`forward_auth`], [`gateway`]: the two ways in for an existing proxy or none;
 //! - [`serve`]: listeners, signals, graceful shutdown; [`reload`]: the config watcher;
 //! - [`metrics`]: Prometheus; [`envoy`]: the Envoy rate limit service hook;
@@ -29,6 +30,8 @@ pub mod error;
 pub mod forward_auth;
 pub mod front;
 pub mod gateway;
+pub mod h1;
+pub mod header_lines;
 pub mod lane;
 pub mod metrics;
 pub mod reload;

@@ -82,9 +82,9 @@ async fn serve(
     println!("  api http://{api_addr}");
     println!("  dashboard http://{api_addr}/dashboard");
     let limits = config.server.connections;
-    tasks.spawn(crate::conn::serve(
+    tasks.spawn(crate::conn::serve_with(
         api,
-        api_app(&state, dashboard),
+        crate::conn::Handlers::both(api_app(&state, dashboard)),
         limits,
         crate::conn::permits(&limits),
         None,

@@ -5,7 +5,7 @@
 //! header: 401 `unauthorized` (with `WWW-Authenticate: Bearer`). A wrong token: 403
 //! `forbidden`. Tokens are compared in constant time.
 
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use subtle::ConstantTimeEq;
 
 use super::ApiError;
@@ -19,7 +19,8 @@ pub fn authorize(configured: Option<&str>, headers: &HeaderMap) -> Result<(), Ap
             "admin endpoints are disabled: set server.admin_token to enable them",
         ));
     };
-    let Some(token) = bearer(headers) else {
+    let authorization = headers.get(header::AUTHORIZATION);
+    let Some(token) = authorization.and_then(|v| bearer(v.as_bytes())) else {
         return Err(ApiError::new(
             StatusCode::UNAUTHORIZED,
             "unauthorized",
@@ -44,10 +45,24 @@ pub fn authorize_api(
     admin_token: Option<&str>,
     headers: &HeaderMap,
 ) -> Result<(), ApiError> {
+    let authorization = headers.get(header::AUTHORIZATION);
+    authorize_api_value(
+        api_token,
+        admin_token,
+        authorization.map(HeaderValue::as_bytes),
+    )
+}
+
+/// [`authorize_api`] on the `Authorization` value itself (the lean HTTP path has no map).
+pub fn authorize_api_value(
+    api_token: Option<&str>,
+    admin_token: Option<&str>,
+    authorization: Option<&[u8]>,
+) -> Result<(), ApiError> {
     let Some(expected) = api_token else {
         return Ok(());
     };
-    let Some(token) = bearer(headers) else {
+    let Some(token) = authorization.and_then(bearer) else {
         return Err(ApiError::new(
             StatusCode::UNAUTHORIZED,
             "unauthorized",
@@ -69,14 +84,17 @@ pub fn authorize_api(
 }
 
 /// The token of `Authorization: Bearer <token>`, if the header has that form.
-fn bearer(headers: &HeaderMap) -> Option<&str> {
-    headers
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| {
-            let (scheme, token) = v.trim().split_once(' ')?;
-            scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
-        })
+/// Only a value `HeaderValue::to_str` accepts (visible ASCII and tab) has one.
+fn bearer(value: &[u8]) -> Option<&str> {
+    if !value
+        .iter()
+        .all(|&b| b == b'\t' || (0x20..0x7f).contains(&b))
+    {
+        return None;
+    }
+    let v = std::str::from_utf8(value).ok()?;
+    let (scheme, token) = v.trim().split_once(' ')?;
+    scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
 }
 
 /// Constant-time in the contents (the length of the configured token is no secret worth

@@ -52,10 +52,45 @@ pub async fn answer(
     runtime: &Runtime,
     body: &[u8],
 ) -> Result<Response, ApiError> {
+    Ok(match decided(state, runtime, body).await? {
+        Answered::Plain {
+            verdict,
+            policy_field,
+            json,
+        } => with_json(runtime, &verdict, policy_field, json),
+        Answered::Full(response) => response,
+    })
+}
+
+/// A `/v1/check` answer before it becomes a response.
+#[derive(Debug)]
+pub enum Answered<'r> {
+    /// The common answer (one policy, nothing attached): a 200 with `json` as its body,
+    /// `Content-Type: application/json` and the rate-limit headers of `verdict`, for the
+    /// caller to write (the lean HTTP path writes them as bytes, [`answer`] as a response).
+    Plain {
+        /// The decision.
+        verdict: Verdict,
+        /// The `RateLimit-Policy` value computed at load, when there is one.
+        policy_field: Option<&'r HeaderValue>,
+        /// The body.
+        json: Vec<u8>,
+    },
+    /// Any other answer, as a response.
+    Full(Response),
+}
+
+/// The steps of [`answer`] short of building the common answer's response.
+pub async fn decided<'r>(
+    state: &AppState,
+    runtime: &'r Runtime,
+    body: &[u8],
+) -> Result<Answered<'r>, ApiError> {
     let body = match parse_body(body)? {
         CheckInput::One(body) => body,
         CheckInput::Batch(batch) => {
-            return Ok(Json(check_batch(state, runtime, batch).await?).into_response());
+            let batch = check_batch(state, runtime, batch).await?;
+            return Ok(Answered::Full(Json(batch).into_response()));
         }
     };
     if body.reserve && body.cost == 0 {
@@ -74,7 +109,11 @@ pub async fn answer(
     if !body.policy.is_list() && !attaches {
         let mut json = Vec::with_capacity(256);
         top.write_json(&mut json);
-        return Ok(with_json(runtime, &verdict, field, json));
+        return Ok(Answered::Plain {
+            verdict,
+            policy_field: field,
+            json,
+        });
     }
     let Some(mut answer) = CheckResponse::from_verdict(&verdict, body.policy.is_list()) else {
         return Err(ApiError::invalid("the request names no policy"));
@@ -82,7 +121,9 @@ pub async fn answer(
     // Made only when a token is signed: with `reservation_secret` set, making one keys HMAC.
     let signer = LazyCell::new(|| state.signer(runtime));
     super::settle::attach(&signer, runtime, &verdict, &body, &mut answer);
-    Ok(with_headers(runtime, &verdict, field, &answer))
+    Ok(Answered::Full(with_headers(
+        runtime, &verdict, field, &answer,
+    )))
 }
 
 /// [`resolve`], with the `RateLimit-Policy` value computed at load for the policies named
@@ -170,19 +211,24 @@ pub fn parse_entry(value: serde_json::Value) -> Result<CheckBody<'static>, ApiEr
 /// A 400 unless the body is declared as JSON (a missing Content-Type is accepted, as curl
 /// users often forget it, but a different one is not).
 pub fn require_json(headers: &HeaderMap) -> Result<(), ApiError> {
-    let Some(value) = headers.get(axum::http::header::CONTENT_TYPE) else {
+    require_json_value(
+        headers
+            .get(axum::http::header::CONTENT_TYPE)
+            .map(HeaderValue::as_bytes),
+    )
+}
+
+/// [`require_json`] on the `Content-Type` value itself (the lean HTTP path has no map).
+pub fn require_json_value(value: Option<&[u8]>) -> Result<(), ApiError> {
+    let Some(value) = value else {
         return Ok(());
     };
     // What clients send, compared first as it is.
-    if value.as_bytes() == b"application/json" {
+    if value == b"application/json" {
         return Ok(());
     }
     // Compared ignoring ASCII case in place: no lower-cased copy per request.
-    let essence = value
-        .as_bytes()
-        .split(|b| *b == b';')
-        .next()
-        .unwrap_or_default();
+    let essence = value.split(|b| *b == b';').next().unwrap_or_default();
     let essence = essence.trim_ascii();
     let starts = |prefix: &[u8]| {
         essence

@@ -1,0 +1,40 @@
+//! A lean HTTP/1.1 front for a listener: the connection's bytes are read into a buffer,
+//! each complete request head is parsed with `httparse`, and a request the listener's
+//! [`Handler`] takes is answered right there, its response written as bytes into one
+//! buffer and sent with one write. Pipelined requests are answered in order.
+//!
+//! **What it is not**: an HTTP server. It answers only heads that are *plain*: HTTP/1.1, at
+//! most [`MAX_HEAD`] bytes and [`MAX_FIELDS`] fields, at most one `Content-Length` of
+//! plain digits, no `Transfer-Encoding`, `Expect` or `Upgrade`, no `Connection` but
+//! `keep-alive`, and only those its handler accepts. On anything else — another path or
+//! method, HTTP/1.0, an HTTP/2 preface, a TLS hello, a head `httparse` refuses, one that is
+//! too large, a client that closes mid-request — the connection is handed to hyper with
+//! the bytes already read ([`Rewind`]), for the rest of its life. So every other request,
+//! and every odd or hostile one, gets hyper's answer byte for byte, as it did before this
+//! module existed; only the narrow, unambiguous case is answered here.
+//!
+//! **Why**: for a decision API the HTTP exchange is most of the cost of a request: hyper's
+//! `Request`/`Response` and their `HeaderMap`s, the service and body machinery cost more than
+//! the decision itself (issue 15; docs/benchmarks/server.md). A handler here writes its
+//! response, headers included, straight into the output buffer.
+//!
+//! **Why hand-written HTTP is acceptable here**: the parser is hyper's own (`httparse`),
+//! the accepted subset is strict (no framing choice is ever ambiguous: a body is exactly
+//! `Content-Length` bytes and what follows is the next request), and anything outside
+//! it falls back to hyper rather than being judged here.
+//!
+//! The connection rules of `conn.rs` hold on both paths: the caller's socket is metered
+//! (header and idle deadlines, `max_connections`), [`drive`] reports each request it
+//! answers through its `started` hook (the request is in progress until its response is
+//! written) and closes between requests once `stop` resolves (graceful shutdown).
+
+mod drive;
+mod head;
+mod rewind;
+mod write;
+
+pub use drive::{Handler, Never, Request, drive};
+pub use head::{Head, MAX_FIELDS, MAX_HEAD, Parsed, parse};
+pub use httparse::{EMPTY_HEADER, Header};
+pub use rewind::Rewind;
+pub use write::{date, write_response, write_status};

@@ -1,0 +1,100 @@
+//! Responses written as HTTP/1.1 bytes the way hyper's server writes them (status line,
+//! the fields in the map's order as lower-case names, `content-length` after them when the
+//! map has none, `date` last), so that a response answered on the lean path is the one
+//! hyper would have sent.
+
+use std::cell::Cell;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use http::{HeaderMap, StatusCode, header};
+
+/// Appends the status line of `status`, with its canonical reason (hyper's `<none>` for a
+/// code without one).
+pub fn write_status(out: &mut Vec<u8>, status: StatusCode) {
+    if status == StatusCode::OK {
+        out.extend_from_slice(b"HTTP/1.1 200 OK\r\n");
+        return;
+    }
+    out.extend_from_slice(b"HTTP/1.1 ");
+    out.extend_from_slice(status.as_str().as_bytes());
+    out.push(b' ');
+    out.extend_from_slice(status.canonical_reason().unwrap_or("<none>").as_bytes());
+    out.extend_from_slice(b"\r\n");
+}
+
+/// Appends a whole response: `status`, `headers`, `content-length` and `date` unless the
+/// map has them, and `body`. For the statuses that carry a body (not 1xx, 204 or 304).
+pub fn write_response(out: &mut Vec<u8>, status: StatusCode, headers: &HeaderMap, body: &[u8]) {
+    write_status(out, status);
+    for (name, value) in headers {
+        out.extend_from_slice(name.as_str().as_bytes());
+        out.extend_from_slice(b": ");
+        out.extend_from_slice(value.as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
+    if !headers.contains_key(header::CONTENT_LENGTH) {
+        out.extend_from_slice(b"content-length: ");
+        out.extend_from_slice(itoa::Buffer::new().format(body.len()).as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
+    if !headers.contains_key(header::DATE) {
+        date(out);
+    }
+    out.extend_from_slice(b"\r\n");
+    out.extend_from_slice(body);
+}
+
+/// The length of an IMF-fixdate (`Wed, 02 Dec 2026 01:15:47 GMT`).
+const DATE_LEN: usize = 29;
+
+thread_local! {
+    /// The second last rendered on this thread and its text: rendered once a second, as
+    /// hyper caches its own.
+    static DATE: Cell<(u64, [u8; DATE_LEN])> = const { Cell::new((u64::MAX, [0; DATE_LEN])) };
+}
+
+/// Appends the field line `date: <now>\r\n`.
+pub fn date(out: &mut Vec<u8>) {
+    let now = SystemTime::now();
+    let second = now
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |since| since.as_secs());
+    let (cached, mut text) = DATE.get();
+    if cached != second {
+        let rendered = httpdate::fmt_http_date(now);
+        if rendered.len() == DATE_LEN {
+            text.copy_from_slice(rendered.as_bytes());
+            DATE.set((second, text));
+        }
+    }
+    out.extend_from_slice(b"date: ");
+    out.extend_from_slice(&text);
+    out.extend_from_slice(b"\r\n");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_response_as_hyper_writes_it() {
+        let mut headers = HeaderMap::new();
+        headers.insert(header::CONTENT_TYPE, "application/json".parse().unwrap());
+        headers.append("x-two", "a".parse().unwrap());
+        headers.append("x-two", "b".parse().unwrap());
+        let mut out = Vec::new();
+        write_response(&mut out, StatusCode::PAYLOAD_TOO_LARGE, &headers, b"{}");
+        let text = String::from_utf8(out).unwrap();
+        let date = httpdate::fmt_http_date(SystemTime::now());
+        let expected = format!(
+            "HTTP/1.1 413 Payload Too Large\r\ncontent-type: application/json\r\nx-two: a\r\nx-two: b\r\ncontent-length: 2\r\ndate: {date}\r\n\r\n{{}}"
+        );
+        // The second may turn between the two reads of the clock.
+        assert_eq!(text.len(), expected.len(), "{text}");
+        assert_eq!(text[..text.len() - 35], expected[..expected.len() - 35]);
+        let mut ok = Vec::new();
+        write_status(&mut ok, StatusCode::OK);
+        write_status(&mut ok, StatusCode::from_u16(599).unwrap());
+        assert_eq!(ok, b"HTTP/1.1 200 OK\r\nHTTP/1.1 599 <none>\r\n");
+    }
+}
