@@ -43,7 +43,7 @@ if [ "$callgrind" = 1 ]; then
     sed -n 's/.*Executable .*(\(.*keyed_probe-[^)]*\)).*/\1/p' | tail -1)
   checks=100000 # CHECKS in keyed_probe.rs
   for keys in 1000 1000000; do
-    for subject in sluicegate_gcra sluicegate_store_gcra governor_u64 governor_string; do
+    for subject in sluicegate_gcra sluicegate_store_gcra sluicegate_store_borrowed_gcra governor_u64 governor_string; do
       out=$(mktemp)
       valgrind --tool=callgrind --callgrind-out-file=/dev/null --collect-atstart=no \
         --toggle-collect='*probe_run*' "$bin" "$subject" "$keys" 2>"$out" >/dev/null
