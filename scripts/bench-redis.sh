@@ -5,7 +5,9 @@
 #      raw script (-P 16);
 #   2. `sync`: store.sync (SyncedStore, local decisions, counts exchanged every 100 ms) vs
 #      exact mode (RedisStore), decisions/s per instance and redis-server CPU per decision,
-#      on 10,000 keys and on one hot key.
+#      on 10,000 keys and on one hot key;
+#   3. `exchange`: one exchange of 10,000 keys at a time, this process's and redis-server's
+#      CPU per exchanged key (sync's fixed cost, apart from the decisions).
 # On 2+ CPUs both run with --pin: redis-server on CPU 0, every client on CPU 1 (see
 # crates/sluicegate-redis/benches/common/pin.rs).
 # Usage: scripts/bench-redis.sh [SECONDS_PER_ROUND] [ROUNDS]   (defaults 5 and 9)
@@ -26,4 +28,7 @@ cargo bench -q -p sluicegate-redis --bench sync -- --seconds "$seconds" --rounds
 echo
 echo "### store.sync vs exact mode, one hot key"
 cargo bench -q -p sluicegate-redis --bench sync -- --seconds "$seconds" --rounds "$rounds" "${pin[@]}" --keys 1
+echo
+echo "### store.sync: one exchange's CPU per key, 10,000 keys"
+cargo bench -q -p sluicegate-redis --bench exchange -- --keys 10000 --rounds 40 "${pin[@]}"
 echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)" >&2

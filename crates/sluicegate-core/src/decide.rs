@@ -158,7 +158,7 @@ impl Decider {
 
     /// Tells the observer about a verdict decided through [`Decider::check_keyed`] or
     /// [`Decider::check_unobserved`].
-    pub fn observe(&self, key: &str, verdict: &Verdict) {
+    pub fn observe(&self, key: &str, verdict: &crate::verdict::VerdictOf<'_>) {
         self.observer.observe(key, verdict);
     }
 
@@ -267,7 +267,7 @@ mod tests {
     #[derive(Default)]
     struct Seen(Mutex<Vec<(String, Outcome)>>);
     impl VerdictObserver for Seen {
-        fn observe(&self, key: &str, verdict: &Verdict) {
+        fn observe(&self, key: &str, verdict: &crate::VerdictOf<'_>) {
             let mut seen = self.0.lock().unwrap();
             seen.extend(
                 verdict

@@ -46,4 +46,7 @@ pub use spec::PolicySpec;
 pub use store::{
     BoxFuture, CheckRequest, KeyedCheck, Lease, Settled, Settlement, Store, StoreError,
 };
-pub use verdict::{Decisions, NoObserver, Outcome, PolicyDecision, Verdict, VerdictObserver};
+pub use verdict::{
+    Decisions, DecisionsOf, NoObserver, Outcome, PolicyArc, PolicyDecision, PolicyDecisionOf,
+    Verdict, VerdictObserver, VerdictOf,
+};

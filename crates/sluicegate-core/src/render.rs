@@ -26,7 +26,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::clock::{Clock, Micros};
 use crate::policy::Policy;
-use crate::verdict::{Outcome, PolicyDecision, Verdict};
+use crate::verdict::{Outcome, PolicyDecisionOf, VerdictOf};
 
 /// A set of rate-limit headers. Configured as `"draft-6"`, `"ietf"` or `"legacy"`.
 ///
@@ -179,7 +179,7 @@ pub fn ceil_secs(micros: Micros) -> u64 {
 /// let verdict = Verdict::store_failed(&[p]);
 /// assert_eq!(sluicegate_core::render::retry_after_secs(&verdict), Some(1));
 /// ```
-pub fn retry_after_secs(verdict: &Verdict) -> Option<u64> {
+pub fn retry_after_secs(verdict: &VerdictOf<'_>) -> Option<u64> {
     if verdict.allowed {
         return None;
     }
@@ -187,7 +187,7 @@ pub fn retry_after_secs(verdict: &Verdict) -> Option<u64> {
 }
 
 /// The policies whose numbers are shown: enforcing, decided by the store.
-fn shown(verdict: &Verdict) -> impl Iterator<Item = &PolicyDecision> {
+fn shown<'v, 'p>(verdict: &'v VerdictOf<'p>) -> impl Iterator<Item = &'v PolicyDecisionOf<'p>> {
     verdict
         .decisions
         .iter()
@@ -195,7 +195,7 @@ fn shown(verdict: &Verdict) -> impl Iterator<Item = &PolicyDecision> {
 }
 
 /// The one policy `draft-6` and `legacy` describe.
-fn headline(verdict: &Verdict) -> Option<&PolicyDecision> {
+fn headline<'v, 'p>(verdict: &'v VerdictOf<'p>) -> Option<&'v PolicyDecisionOf<'p>> {
     crate::verdict::deciding(shown(verdict), verdict.allowed)
 }
 
@@ -221,7 +221,7 @@ fn headline(verdict: &Verdict) -> Option<&PolicyDecision> {
 /// ```
 pub fn write_headers(
     sets: &[HeaderSet],
-    verdict: &Verdict,
+    verdict: &VerdictOf<'_>,
     clock: &dyn Clock,
     sink: &mut impl HeaderSink,
 ) {
@@ -338,7 +338,7 @@ fn policy_field_with(policies: &[(&Policy, u64)], now: Micros) -> Option<String>
     list.finish()
 }
 
-fn write_ietf(verdict: &Verdict, clock: &dyn Clock, sink: &mut impl HeaderSink) {
+fn write_ietf(verdict: &VerdictOf<'_>, clock: &dyn Clock, sink: &mut impl HeaderSink) {
     let mut state = SfList::new(verdict.decisions.len());
     for d in shown(verdict) {
         let reset = ceil_secs(d.decision.reset_after).max(1);
@@ -355,7 +355,7 @@ fn write_ietf(verdict: &Verdict, clock: &dyn Clock, sink: &mut impl HeaderSink) 
         return;
     }
     let shown: Vec<(&Policy, u64)> = shown(verdict)
-        .map(|d| (&*d.policy, d.decision.limit))
+        .map(|d| (&**d.policy, d.decision.limit))
         .collect();
     if let Some(policy) = policy_field_with(&shown, clock.now()) {
         sink.set(Header::RateLimitPolicy, Value::Text(policy));
@@ -387,7 +387,7 @@ pub struct RejectionBody {
 
 impl RejectionBody {
     /// The body for a rejected `verdict`.
-    pub fn new(verdict: &Verdict) -> RejectionBody {
+    pub fn new(verdict: &VerdictOf<'_>) -> RejectionBody {
         let retry = retry_after_secs(verdict).unwrap_or(1);
         let deciding = verdict.deciding();
         let policy = deciding
@@ -437,7 +437,7 @@ pub const NO_STORE: &str = "no-store";
 mod tests {
     use super::*;
     use crate::clock::SystemClock;
-    use crate::{AlgorithmKind, Decision, Mode};
+    use crate::{AlgorithmKind, Decision, Mode, Verdict};
     use proptest::prelude::*;
     use std::time::Duration;
 

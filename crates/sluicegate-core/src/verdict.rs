@@ -62,31 +62,116 @@ impl Outcome {
     }
 }
 
-/// One policy's part of a [`Verdict`].
+/// The policy of a [`PolicyDecision`]: borrowed from the request, or owned. It derefs to
+/// the `Arc<Policy>`, so `d.policy.name()` and `Arc::clone(&d.policy)` read as before.
+///
+/// Why borrowed: the in-memory store's synchronous check ([`MemoryStore::check_now`]) is
+/// decided while the caller holds its policies, so its verdict refers to them instead of
+/// cloning the `Arc` (an atomic increment, and an atomic decrement when the verdict is
+/// dropped: two locked instructions a decision, which cost as much as the rest of a
+/// one-policy check on a virtual machine). [`VerdictOf::into_owned`] makes a verdict that
+/// outlives the request's policies.
+///
+/// [`MemoryStore::check_now`]: crate::MemoryStore::check_now
+///
+/// ```
+/// use std::{sync::Arc, time::Duration};
+/// use sluicegate_core::{AlgorithmKind, Policy, PolicyArc};
+/// let p = Arc::new(Policy::builder("p", AlgorithmKind::Gcra, 1, Duration::from_secs(1)).build().unwrap());
+/// let borrowed = PolicyArc::from(&p);
+/// assert_eq!(Arc::strong_count(&p), 1);
+/// let owned = borrowed.clone().into_owned();
+/// assert_eq!((Arc::strong_count(&p), owned.name()), (2, "p"));
+/// assert_eq!(borrowed, owned);
+/// ```
+#[derive(Clone)]
+pub enum PolicyArc<'p> {
+    /// The caller's policy, held for as long as the verdict lives.
+    Borrowed(&'p Arc<Policy>),
+    /// A policy of the verdict's own.
+    Owned(Arc<Policy>),
+}
+
+impl PolicyArc<'_> {
+    /// The same policy, owned (an `Arc` clone when it was borrowed).
+    pub fn into_owned(self) -> PolicyArc<'static> {
+        match self {
+            PolicyArc::Borrowed(p) => PolicyArc::Owned(Arc::clone(p)),
+            PolicyArc::Owned(p) => PolicyArc::Owned(p),
+        }
+    }
+}
+
+impl std::ops::Deref for PolicyArc<'_> {
+    type Target = Arc<Policy>;
+    #[inline]
+    fn deref(&self) -> &Arc<Policy> {
+        match self {
+            PolicyArc::Borrowed(p) => p,
+            PolicyArc::Owned(p) => p,
+        }
+    }
+}
+
+impl From<Arc<Policy>> for PolicyArc<'_> {
+    fn from(policy: Arc<Policy>) -> Self {
+        PolicyArc::Owned(policy)
+    }
+}
+
+impl<'p> From<&'p Arc<Policy>> for PolicyArc<'p> {
+    fn from(policy: &'p Arc<Policy>) -> Self {
+        PolicyArc::Borrowed(policy)
+    }
+}
+
+/// Equal when the policies are, borrowed or owned.
+impl PartialEq for PolicyArc<'_> {
+    fn eq(&self, other: &Self) -> bool {
+        **self == **other
+    }
+}
+
+impl Eq for PolicyArc<'_> {}
+
+impl std::fmt::Debug for PolicyArc<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        (**self).fmt(f)
+    }
+}
+
+/// One policy's part of a [`Verdict`] (of a [`VerdictOf`] borrowing its policies).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PolicyDecision {
+pub struct PolicyDecisionOf<'p> {
     /// The policy.
-    pub policy: Arc<Policy>,
+    pub policy: PolicyArc<'p>,
     /// What its algorithm decided (for a shadow policy: what it would have decided).
     pub decision: Decision,
     /// How it is counted.
     pub outcome: Outcome,
 }
 
-/// The answer for one request under one or more policies.
+/// One policy's part of an owned [`Verdict`].
+pub type PolicyDecision = PolicyDecisionOf<'static>;
+
+/// The answer for one request under one or more policies; `'p` is how long it may refer
+/// to the request's policies ([`PolicyArc`]). [`Verdict`] is the one that owns them.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Verdict {
+pub struct VerdictOf<'p> {
     /// Whether the request goes ahead (after `delay`).
     pub allowed: bool,
     /// How long the request must wait for its reserved turn (delay mode), µs.
     pub delay: Micros,
     /// One entry per policy, in request order.
-    pub decisions: Decisions,
+    pub decisions: DecisionsOf<'p>,
     /// When the store decided, by the store's clock (µs since the epoch; the Redis
     /// server's `TIME` on Redis). 0 when no store decided (a store failure). A reservation
     /// records it, so a later settle finds the window the request was admitted in.
     pub at: Micros,
 }
+
+/// A verdict that owns its policies: what stores answer through [`Store`](crate::Store).
+pub type Verdict = VerdictOf<'static>;
 
 /// The decisions of a [`Verdict`], one per policy in request order: a list (it derefs to
 /// a slice) that keeps one decision inline, so that the common request, under one policy,
@@ -97,45 +182,61 @@ pub struct Verdict {
 /// use sluicegate_core::verdict::Decisions;
 /// use sluicegate_core::{AlgorithmKind, Decision, Outcome, Policy, PolicyDecision};
 /// let p = Arc::new(Policy::builder("p", AlgorithmKind::Gcra, 1, Duration::from_secs(1)).build().unwrap());
-/// let d = PolicyDecision { policy: p, decision: Decision::allow(1, 0, 1), outcome: Outcome::Allowed };
+/// let d = PolicyDecision { policy: p.into(), decision: Decision::allow(1, 0, 1), outcome: Outcome::Allowed };
 /// let one: Decisions = std::iter::once(d.clone()).collect();
 /// assert_eq!(one, Decisions::from(vec![d.clone()]));
 /// assert_eq!((one.len(), one[0].outcome), (1, Outcome::Allowed));
 /// assert!(Decisions::default().is_empty());
 /// ```
 #[derive(Clone)]
-pub struct Decisions(Held);
+pub struct DecisionsOf<'p>(Held<'p>);
+
+/// The decisions of an owned [`Verdict`].
+pub type Decisions = DecisionsOf<'static>;
 
 #[derive(Clone)]
-enum Held {
-    One(PolicyDecision),
-    Many(Vec<PolicyDecision>),
+enum Held<'p> {
+    One(PolicyDecisionOf<'p>),
+    Many(Vec<PolicyDecisionOf<'p>>),
 }
 
-impl Decisions {
+impl<'p> DecisionsOf<'p> {
     /// A list of one decision (no allocation).
-    pub fn one(decision: PolicyDecision) -> Self {
-        Decisions(Held::One(decision))
+    pub fn one(decision: PolicyDecisionOf<'p>) -> Self {
+        DecisionsOf(Held::One(decision))
     }
 
     /// The decisions as a `Vec`.
-    pub fn into_vec(self) -> Vec<PolicyDecision> {
+    pub fn into_vec(self) -> Vec<PolicyDecisionOf<'p>> {
         match self.0 {
             Held::One(d) => vec![d],
             Held::Many(v) => v,
         }
     }
-}
 
-impl Default for Decisions {
-    fn default() -> Self {
-        Decisions(Held::Many(Vec::new()))
+    /// The same decisions, owning their policies.
+    pub fn into_owned(self) -> Decisions {
+        let owned = |d: PolicyDecisionOf<'p>| PolicyDecision {
+            policy: d.policy.into_owned(),
+            decision: d.decision,
+            outcome: d.outcome,
+        };
+        match self.0 {
+            Held::One(d) => DecisionsOf(Held::One(owned(d))),
+            Held::Many(v) => DecisionsOf(Held::Many(v.into_iter().map(owned).collect())),
+        }
     }
 }
 
-impl std::ops::Deref for Decisions {
-    type Target = [PolicyDecision];
-    fn deref(&self) -> &[PolicyDecision] {
+impl Default for DecisionsOf<'_> {
+    fn default() -> Self {
+        DecisionsOf(Held::Many(Vec::new()))
+    }
+}
+
+impl<'p> std::ops::Deref for DecisionsOf<'p> {
+    type Target = [PolicyDecisionOf<'p>];
+    fn deref(&self) -> &[PolicyDecisionOf<'p>] {
         match &self.0 {
             Held::One(d) => std::slice::from_ref(d),
             Held::Many(v) => v,
@@ -143,8 +244,8 @@ impl std::ops::Deref for Decisions {
     }
 }
 
-impl std::ops::DerefMut for Decisions {
-    fn deref_mut(&mut self) -> &mut [PolicyDecision] {
+impl std::ops::DerefMut for DecisionsOf<'_> {
+    fn deref_mut(&mut self) -> &mut Self::Target {
         match &mut self.0 {
             Held::One(d) => std::slice::from_mut(d),
             Held::Many(v) => v,
@@ -153,70 +254,70 @@ impl std::ops::DerefMut for Decisions {
 }
 
 /// Equal when they hold the same decisions, however they hold them.
-impl PartialEq for Decisions {
+impl PartialEq for DecisionsOf<'_> {
     fn eq(&self, other: &Self) -> bool {
         **self == **other
     }
 }
 
-impl Eq for Decisions {}
+impl Eq for DecisionsOf<'_> {}
 
-impl std::fmt::Debug for Decisions {
+impl std::fmt::Debug for DecisionsOf<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_list().entries(self.iter()).finish()
     }
 }
 
-impl From<Vec<PolicyDecision>> for Decisions {
-    fn from(v: Vec<PolicyDecision>) -> Self {
-        Decisions(Held::Many(v))
+impl<'p> From<Vec<PolicyDecisionOf<'p>>> for DecisionsOf<'p> {
+    fn from(v: Vec<PolicyDecisionOf<'p>>) -> Self {
+        DecisionsOf(Held::Many(v))
     }
 }
 
-impl FromIterator<PolicyDecision> for Decisions {
-    fn from_iter<I: IntoIterator<Item = PolicyDecision>>(iter: I) -> Self {
+impl<'p> FromIterator<PolicyDecisionOf<'p>> for DecisionsOf<'p> {
+    fn from_iter<I: IntoIterator<Item = PolicyDecisionOf<'p>>>(iter: I) -> Self {
         let mut iter = iter.into_iter();
         let Some(first) = iter.next() else {
-            return Decisions::default();
+            return DecisionsOf::default();
         };
         match iter.next() {
-            None => Decisions::one(first),
+            None => DecisionsOf::one(first),
             Some(second) => {
                 let mut v = Vec::with_capacity(2 + iter.size_hint().0);
                 v.push(first);
                 v.push(second);
                 v.extend(iter);
-                Decisions(Held::Many(v))
+                DecisionsOf(Held::Many(v))
             }
         }
     }
 }
 
-impl IntoIterator for Decisions {
-    type Item = PolicyDecision;
-    type IntoIter = std::vec::IntoIter<PolicyDecision>;
+impl<'p> IntoIterator for DecisionsOf<'p> {
+    type Item = PolicyDecisionOf<'p>;
+    type IntoIter = std::vec::IntoIter<PolicyDecisionOf<'p>>;
     fn into_iter(self) -> Self::IntoIter {
         self.into_vec().into_iter()
     }
 }
 
-impl<'a> IntoIterator for &'a mut Decisions {
-    type Item = &'a mut PolicyDecision;
-    type IntoIter = std::slice::IterMut<'a, PolicyDecision>;
+impl<'a, 'p> IntoIterator for &'a mut DecisionsOf<'p> {
+    type Item = &'a mut PolicyDecisionOf<'p>;
+    type IntoIter = std::slice::IterMut<'a, PolicyDecisionOf<'p>>;
     fn into_iter(self) -> Self::IntoIter {
         self.iter_mut()
     }
 }
 
-impl<'a> IntoIterator for &'a Decisions {
-    type Item = &'a PolicyDecision;
-    type IntoIter = std::slice::Iter<'a, PolicyDecision>;
+impl<'a, 'p> IntoIterator for &'a DecisionsOf<'p> {
+    type Item = &'a PolicyDecisionOf<'p>;
+    type IntoIter = std::slice::Iter<'a, PolicyDecisionOf<'p>>;
     fn into_iter(self) -> Self::IntoIter {
         self.iter()
     }
 }
 
-impl PolicyDecision {
+impl PolicyDecisionOf<'_> {
     /// Whether an enforcing policy refused the request (a shadow denial refuses nothing).
     pub fn is_enforced_denial(&self) -> bool {
         !self.decision.allowed && self.policy.is_enforcing()
@@ -226,10 +327,10 @@ impl PolicyDecision {
 /// The decision whose numbers describe a set of decisions: when `allowed`, the one with the
 /// fewest `remaining`; otherwise the enforcing denial with the longest `retry_after`.
 /// [`Verdict::deciding`] applies it to a whole verdict; the Envoy service to each descriptor.
-pub fn deciding<'a>(
-    decisions: impl IntoIterator<Item = &'a PolicyDecision>,
+pub fn deciding<'a, 'p: 'a>(
+    decisions: impl IntoIterator<Item = &'a PolicyDecisionOf<'p>>,
     allowed: bool,
-) -> Option<&'a PolicyDecision> {
+) -> Option<&'a PolicyDecisionOf<'p>> {
     let decisions = decisions.into_iter();
     if allowed {
         decisions.min_by_key(|d| d.decision.remaining)
@@ -248,39 +349,12 @@ impl Verdict {
     /// An admitting decision reports `remaining` as if its cost were taken; when the request
     /// is denied nothing is taken, so those policies get their `cost` back in `remaining`.
     pub fn combine(decided: Vec<(Arc<Policy>, Decision, u64)>) -> Verdict {
-        let allowed = decided
-            .iter()
-            .all(|(p, d, _)| d.allowed || !p.is_enforcing());
-        let delay = if allowed {
-            decided.iter().map(|(_, d, _)| d.delay).max().unwrap_or(0)
-        } else {
-            0
-        };
-        // Collected into a `Vec` first: it reuses `decided`'s allocation.
-        let decisions: Vec<PolicyDecision> = decided
-            .into_iter()
-            .map(|(policy, mut decision, cost)| {
-                if !allowed && decision.allowed {
-                    decision.remaining = decision
-                        .remaining
-                        .saturating_add(cost)
-                        .min(policy.capacity());
-                    // Nothing is consumed, so no lease is taken.
-                    decision.lease = 0;
-                }
-                PolicyDecision {
-                    outcome: Outcome::of(&policy, &decision),
-                    policy,
-                    decision,
-                }
-            })
-            .collect();
-        Verdict {
-            allowed,
-            delay,
-            decisions: decisions.into(),
-            at: 0,
-        }
+        VerdictOf::combine_of(
+            decided
+                .into_iter()
+                .map(|(policy, decision, cost)| (policy.into(), decision, cost))
+                .collect(),
+        )
     }
 
     /// [`Verdict::combine`] for one policy, without an allocation.
@@ -296,27 +370,7 @@ impl Verdict {
     /// assert_eq!(verdict, Verdict::combine(vec![(p, denied, 1)]));
     /// ```
     pub fn combine_one(policy: Arc<Policy>, decision: Decision) -> Verdict {
-        let allowed = decision.allowed || !policy.is_enforcing();
-        Verdict {
-            allowed,
-            delay: if allowed { decision.delay } else { 0 },
-            decisions: Decisions::one(PolicyDecision {
-                outcome: Outcome::of(&policy, &decision),
-                policy,
-                decision,
-            }),
-            at: 0,
-        }
-    }
-
-    /// Whether the store must consume from the policy at `index`: the request goes ahead
-    /// and that policy admitted it (a shadow policy that would deny takes nothing).
-    pub fn consumes(&self, index: usize) -> bool {
-        self.allowed
-            && self
-                .decisions
-                .get(index)
-                .is_some_and(|d| d.decision.allowed)
+        VerdictOf::one(policy.into(), decision, 0)
     }
 
     /// The verdict when the store failed: every policy answers by its `on_store_error`.
@@ -377,7 +431,7 @@ impl Verdict {
                         delay: 0,
                         lease: 0,
                     },
-                    policy: Arc::clone(policy),
+                    policy: Arc::clone(policy).into(),
                     outcome: Outcome::StoreError,
                 }
             })
@@ -389,9 +443,85 @@ impl Verdict {
             at: 0,
         }
     }
+}
+
+impl<'p> VerdictOf<'p> {
+    /// [`Verdict::combine`] over policies borrowed or owned ([`PolicyArc`]).
+    pub fn combine_of(decided: Vec<(PolicyArc<'p>, Decision, u64)>) -> Self {
+        let allowed = decided
+            .iter()
+            .all(|(p, d, _)| d.allowed || !p.is_enforcing());
+        let delay = if allowed {
+            decided.iter().map(|(_, d, _)| d.delay).max().unwrap_or(0)
+        } else {
+            0
+        };
+        // Collected into a `Vec` first: it reuses `decided`'s allocation (same size).
+        let decisions: Vec<PolicyDecisionOf<'p>> = decided
+            .into_iter()
+            .map(|(policy, mut decision, cost)| {
+                if !allowed && decision.allowed {
+                    decision.remaining = decision
+                        .remaining
+                        .saturating_add(cost)
+                        .min(policy.capacity());
+                    // Nothing is consumed, so no lease is taken.
+                    decision.lease = 0;
+                }
+                PolicyDecisionOf {
+                    outcome: Outcome::of(&policy, &decision),
+                    policy,
+                    decision,
+                }
+            })
+            .collect();
+        VerdictOf {
+            allowed,
+            delay,
+            decisions: decisions.into(),
+            at: 0,
+        }
+    }
+
+    /// The verdict for one policy, borrowed or owned ([`PolicyArc`]): the rule of
+    /// [`Verdict::combine_one`], decided at `at`.
+    #[inline]
+    pub fn one(policy: PolicyArc<'p>, decision: Decision, at: Micros) -> Self {
+        let allowed = decision.allowed || !policy.is_enforcing();
+        VerdictOf {
+            allowed,
+            delay: if allowed { decision.delay } else { 0 },
+            decisions: DecisionsOf::one(PolicyDecisionOf {
+                outcome: Outcome::of(&policy, &decision),
+                policy,
+                decision,
+            }),
+            at,
+        }
+    }
+
+    /// The same verdict, owning its policies (an `Arc` clone for each borrowed one).
+    pub fn into_owned(self) -> Verdict {
+        VerdictOf {
+            allowed: self.allowed,
+            delay: self.delay,
+            decisions: self.decisions.into_owned(),
+            at: self.at,
+        }
+    }
+
+    /// Whether the store must consume from the policy at `index`: the request goes ahead
+    /// and that policy admitted it (a shadow policy that would deny takes nothing).
+    pub fn consumes(&self, index: usize) -> bool {
+        self.allowed
+            && self
+                .decisions
+                .get(index)
+                .is_some_and(|d| d.decision.allowed)
+    }
 
     /// The policy whose numbers describe the verdict (see [`deciding`]).
-    pub fn deciding(&self) -> Option<&PolicyDecision> {
+    pub fn deciding(&self) -> Option<&PolicyDecisionOf<'p>> {
         deciding(&self.decisions, self.allowed)
     }
 
@@ -424,7 +554,7 @@ impl Verdict {
 /// once per decided request, so counting happens in one place per sink.
 pub trait VerdictObserver: Send + Sync + 'static {
     /// Called once per decided request with its client key.
-    fn observe(&self, key: &str, verdict: &Verdict);
+    fn observe(&self, key: &str, verdict: &VerdictOf<'_>);
 }
 
 /// Observes nothing.
@@ -432,12 +562,12 @@ pub trait VerdictObserver: Send + Sync + 'static {
 pub struct NoObserver;
 
 impl VerdictObserver for NoObserver {
-    fn observe(&self, _key: &str, _verdict: &Verdict) {}
+    fn observe(&self, _key: &str, _verdict: &VerdictOf<'_>) {}
 }
 
 /// Fans one verdict out to several observers.
 impl VerdictObserver for Vec<Arc<dyn VerdictObserver>> {
-    fn observe(&self, key: &str, verdict: &Verdict) {
+    fn observe(&self, key: &str, verdict: &VerdictOf<'_>) {
         for observer in self {
             observer.observe(key, verdict);
         }

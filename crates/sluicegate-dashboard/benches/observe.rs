@@ -41,7 +41,7 @@ static ALLOC: Counting = Counting;
 struct Prometheus;
 
 impl VerdictObserver for Prometheus {
-    fn observe(&self, _key: &str, verdict: &Verdict) {
+    fn observe(&self, _key: &str, verdict: &sluicegate_core::VerdictOf<'_>) {
         for d in &verdict.decisions {
             metrics::counter!(
                 "sluicegate_decisions_total",
@@ -58,7 +58,7 @@ impl VerdictObserver for Prometheus {
 struct EveryKey(Mutex<HashMap<String, u64>>);
 
 impl VerdictObserver for EveryKey {
-    fn observe(&self, key: &str, verdict: &Verdict) {
+    fn observe(&self, key: &str, verdict: &sluicegate_core::VerdictOf<'_>) {
         if !verdict.allowed {
             *self.0.lock().entry(key.to_owned()).or_default() += 1;
         }

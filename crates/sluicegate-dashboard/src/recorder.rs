@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use parking_lot::{Mutex, MutexGuard};
-use sluicegate_core::{Clock, Micros, Outcome, Policy, SystemClock, Verdict, VerdictObserver};
+use sluicegate_core::{Clock, Micros, Outcome, Policy, SystemClock, VerdictObserver};
 
 use crate::leases::{LeaseItem, LeaseKeys, MAX_LEASE_KEYS, SettleActivity};
 use crate::sketch::SpaceSaving;
@@ -419,7 +419,7 @@ pub(crate) fn display_key(key: &str) -> &str {
 }
 
 impl VerdictObserver for DashboardObserver {
-    fn observe(&self, key: &str, verdict: &Verdict) {
+    fn observe(&self, key: &str, verdict: &sluicegate_core::VerdictOf<'_>) {
         let now = self.now_second();
         let mut inner = self.shard();
         let mut key_arc: Option<Arc<str>> = None;

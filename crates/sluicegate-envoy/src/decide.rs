@@ -541,7 +541,7 @@ mod tests {
             Decision::deny(2, 0, 1, 1)
         };
         item.decision = Some(PolicyDecision {
-            policy: Arc::clone(&item.policy),
+            policy: Arc::clone(&item.policy).into(),
             decision,
             outcome: if allowed {
                 Outcome::Allowed

@@ -6,7 +6,7 @@ use std::sync::{Arc, OnceLock};
 
 use arc_swap::ArcSwapOption;
 use metrics::{Counter, Recorder};
-use sluicegate_core::{Outcome, Verdict, VerdictObserver};
+use sluicegate_core::{Outcome, VerdictObserver, VerdictOf};
 
 /// The counter's name.
 pub const DECISIONS_TOTAL: &str = "sluicegate_decisions_total";
@@ -33,7 +33,7 @@ pub const DECISIONS_TOTAL: &str = "sluicegate_decisions_total";
 pub struct MetricsObserver;
 
 impl VerdictObserver for MetricsObserver {
-    fn observe(&self, _key: &str, verdict: &Verdict) {
+    fn observe(&self, _key: &str, verdict: &VerdictOf<'_>) {
         let recorder = recorder_id();
         let handles = HANDLES.load();
         for d in &verdict.decisions {
@@ -121,7 +121,7 @@ fn resolve(recorder: usize, policy: &str, outcome: Outcome) -> Counter {
 mod tests {
     use super::*;
     use metrics_exporter_prometheus::PrometheusBuilder;
-    use sluicegate_core::{AlgorithmKind, Decision, Mode, Policy};
+    use sluicegate_core::{AlgorithmKind, Decision, Mode, Policy, Verdict};
     use std::time::Duration;
 
     fn verdict(name: &str, allowed: bool) -> Verdict {

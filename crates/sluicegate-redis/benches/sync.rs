@@ -8,8 +8,6 @@
 //! `cargo bench -p sluicegate-redis --bench sync -- [--seconds 3] [--rounds 5] [--keys 10000] [--pin]`
 //! (`--pin`: redis-server on CPU 0, this process on CPU 1; see common/pin.rs).
 
-use std::net::TcpListener;
-use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -19,52 +17,14 @@ use sluicegate_redis::{RedisConfig, RedisStore, SyncOptions, SyncedStore};
 
 #[path = "common/pin.rs"]
 mod pin;
+#[path = "common/server.rs"]
+mod server;
+
+use server::{server_cpu, start_server};
 
 /// Concurrent tasks deciding in this process (as many as exact mode needs in flight).
 const TASKS: usize = 256;
 const SYNC: Duration = Duration::from_millis(100);
-
-struct Server(Child, u16);
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn start_server(cpu: Option<&str>) -> Server {
-    let port = TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let server = Server(
-        pin::command("redis-server", cpu)
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-            .args(["--save", "", "--appendonly", "no"])
-            .stdout(Stdio::null())
-            .spawn()
-            .expect("redis-server must be installed (scripts/install-test-deps.sh)"),
-        port,
-    );
-    for _ in 0..200 {
-        if cli(port, &["ping"]).contains("PONG") {
-            return server;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    panic!("redis-server did not start");
-}
-
-fn cli(port: u16, args: &[&str]) -> String {
-    let out = Command::new("redis-cli")
-        .args(["-p", &port.to_string()])
-        .args(args)
-        .output()
-        .expect("redis-cli");
-    String::from_utf8_lossy(&out.stdout).trim().to_owned()
-}
 
 fn policy() -> Arc<Policy> {
     // A per-minute limit generous enough that every decision admits (and so counts).
@@ -116,7 +76,7 @@ async fn rate(store: Arc<dyn Store>, keys: Arc<Vec<String>>, seconds: f64) -> f6
 }
 
 /// CPU seconds (user + system) of this process, from /proc/self/stat.
-fn process_cpu() -> f64 {
+pub fn process_cpu() -> f64 {
     let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
     let fields: Vec<f64> = stat
         .rsplit(')')
@@ -127,15 +87,6 @@ fn process_cpu() -> f64 {
         .collect();
     let get = |i: usize| fields.get(i).copied().unwrap_or(0.0) / 100.0;
     get(11) + get(12)
-}
-
-/// CPU seconds redis-server has used, from INFO cpu.
-fn server_cpu(port: u16) -> f64 {
-    cli(port, &["info", "cpu"])
-        .lines()
-        .filter(|l| l.starts_with("used_cpu_sys:") || l.starts_with("used_cpu_user:"))
-        .filter_map(|l| l.split(':').nth(1)?.trim().parse::<f64>().ok())
-        .sum()
 }
 
 struct Phase {

@@ -4,7 +4,10 @@
 //! the same key space. Then the batch API. Rounds alternate the three so machine noise hits
 //! all alike; the medians and ratios are printed as a Markdown table.
 //!
-//! `cargo bench -p sluicegate-redis --bench throughput -- [--seconds 3] [--rounds 3] [--pin]`
+//! `cargo bench -p sluicegate-redis --bench throughput -- [--seconds 3] [--rounds 3] [--slices 5] [--pin]`
+//!
+//! Each round gives every phase `--seconds` in `--slices` slices, the three alternating
+//! (see `slice_round`).
 //!
 //! `--pin` (2+ CPUs): redis-server runs on CPU 0 and every client, this process and
 //! redis-benchmark alike, on CPU 1 (`taskset`), so the server has a core to itself on both
@@ -96,9 +99,9 @@ fn policy() -> Arc<Policy> {
     )
 }
 
-fn raw_rate(port: u16, sha: &str, seconds: f64, cpu: Option<&str>) -> f64 {
+/// redis-benchmark's rate running `n` raw script calls.
+fn raw_rate(port: u16, sha: &str, n: usize, cpu: Option<&str>) -> f64 {
     // limit 1000 per 1 s reduced by gcd(1000, 1_000_000) = 1000: limit 1, period 1000.
-    let n = (140_000.0 * seconds) as usize;
     let out = command("redis-benchmark", cpu)
         .args([
             "-p",
@@ -215,6 +218,27 @@ struct Phase {
     rate: f64,
     server_us: f64,
     client_us: f64,
+    decisions: f64,
+    seconds: f64,
+}
+
+impl Phase {
+    /// The slices of one phase of a round as one phase: decisions over time, CPU over
+    /// decisions.
+    fn total(slices: &[Phase]) -> Phase {
+        let decisions: f64 = slices.iter().map(|p| p.decisions).sum();
+        let seconds: f64 = slices.iter().map(|p| p.seconds).sum();
+        let weighted = |f: fn(&Phase) -> f64| {
+            slices.iter().map(|p| f(p) * p.decisions).sum::<f64>() / decisions
+        };
+        Phase {
+            rate: decisions / seconds,
+            server_us: weighted(|p| p.server_us),
+            client_us: weighted(|p| p.client_us),
+            decisions,
+            seconds,
+        }
+    }
 }
 
 fn measure(port: u16, child_client: bool, run: impl FnOnce() -> (f64, f64)) -> Phase {
@@ -233,6 +257,8 @@ fn measure(port: u16, child_client: bool, run: impl FnOnce() -> (f64, f64)) -> P
         rate,
         server_us: (server1 - server0) * 1e6 / decisions,
         client_us: client * 1e6 / decisions,
+        decisions,
+        seconds,
     }
 }
 
@@ -245,6 +271,8 @@ fn median(mut v: Vec<f64>) -> f64 {
 struct Options {
     seconds: f64,
     rounds: usize,
+    /// Each phase of a round runs in this many slices, the three kinds alternating.
+    slices: usize,
     pin: bool,
 }
 
@@ -252,6 +280,7 @@ fn options() -> Options {
     let mut o = Options {
         seconds: 3.0,
         rounds: 3,
+        slices: 5,
         pin: false,
     };
     let args: Vec<String> = std::env::args().collect();
@@ -260,10 +289,59 @@ fn options() -> Options {
         match pair[0].as_str() {
             "--seconds" => o.seconds = pair[1].parse().expect("--seconds N"),
             "--rounds" => o.rounds = pair[1].parse().expect("--rounds N"),
+            "--slices" => o.slices = pair[1].parse().expect("--slices N"),
             _ => {}
         }
     }
     o
+}
+
+/// What every phase runs against.
+struct Rig<'a> {
+    runtime: &'a tokio::runtime::Runtime,
+    store: &'a Arc<RedisStore>,
+    keys: &'a Arc<Vec<String>>,
+    sha: &'a str,
+    port: u16,
+    client_cpu: Option<&'a str>,
+}
+
+/// One slice of each phase, `seconds` long: raw, then the batch (the ratio with the
+/// tightest target compares the two closest in time), then single checks. A round is
+/// several slices of each, alternating, so a burst of the machine's other work that lasts
+/// a few seconds falls on all three alike instead of on one phase (with one phase of 5 s
+/// each, a round's ratio was the luck of which phase the burst hit).
+///
+/// redis-benchmark runs a number of requests, not a time: `raw_rate` (its last rate) sizes
+/// it to last about `seconds` like the store's slices (a fixed 140,000 a second made the
+/// raw phase last 30–50 s on a loaded machine against the store's 5 s).
+fn slice_round(rig: &Rig<'_>, raw_rate_last: &mut f64, seconds: f64) -> [Phase; 3] {
+    let Rig {
+        runtime,
+        store,
+        keys,
+        sha,
+        port,
+        client_cpu,
+    } = *rig;
+    let raw = measure(port, true, || {
+        let n = (*raw_rate_last * seconds).clamp(2_000.0, 140_000.0 * seconds) as usize;
+        let rate = raw_rate(port, sha, n, client_cpu);
+        (rate, n as f64 / rate)
+    });
+    *raw_rate_last = raw.rate;
+    let [batch, single] = [BATCH, 1].map(|batch| {
+        measure(port, false, || {
+            let rate = runtime.block_on(store_rate(
+                Arc::clone(store),
+                Arc::clone(keys),
+                seconds,
+                batch,
+            ));
+            (rate, seconds)
+        })
+    });
+    [raw, single, batch]
 }
 
 fn main() {
@@ -274,7 +352,6 @@ fn main() {
     } else {
         (None, None)
     };
-    let seconds = o.seconds;
     let server = start_server(server_cpu);
     let port = server.1;
     let raw_script = include_str!("raw_token_bucket.lua");
@@ -298,23 +375,26 @@ fn main() {
             .collect::<Vec<_>>(),
     );
 
+    let rig = Rig {
+        runtime: &runtime,
+        store: &store,
+        keys: &keys,
+        sha: &sha,
+        port,
+        client_cpu,
+    };
+    let mut raw_n = raw_rate(port, &sha, 20_000, client_cpu);
     let mut phases: [Vec<Phase>; 3] = [Vec::new(), Vec::new(), Vec::new()];
+    let slice = o.seconds / o.slices.max(1) as f64;
     for round in 0..o.rounds {
-        let raw = measure(port, true, || {
-            let rate = raw_rate(port, &sha, seconds, client_cpu);
-            (rate, 140_000.0 * seconds / rate)
-        });
-        let [single, batch] = [1, BATCH].map(|batch| {
-            measure(port, false, || {
-                let rate = runtime.block_on(store_rate(
-                    Arc::clone(&store),
-                    Arc::clone(&keys),
-                    seconds,
-                    batch,
-                ));
-                (rate, seconds)
-            })
-        });
+        let mut slices: [Vec<Phase>; 3] = [Vec::new(), Vec::new(), Vec::new()];
+        for _ in 0..o.slices.max(1) {
+            let [raw, single, batch] = slice_round(&rig, &mut raw_n, slice);
+            slices[0].push(raw);
+            slices[1].push(single);
+            slices[2].push(batch);
+        }
+        let [raw, single, batch] = slices.map(|s| Phase::total(&s));
         eprintln!(
             "round {round}: raw {:.0}/s, store {:.0}/s ({:.2}x), batch {:.0}/s ({:.2}x); redis-server µs/decision raw {:.2}, store {:.2}, batch {:.2} (raw/batch {:.2}x)",
             raw.rate,

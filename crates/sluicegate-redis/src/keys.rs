@@ -139,24 +139,35 @@ pub fn placed_state_key(
     policy: &Policy,
 ) -> String {
     let mut key = String::with_capacity(prefix.len() + client_key.len() + policy.name().len() + 20);
+    push_placed_state_key(&mut key, prefix, placement, client_key, policy);
+    key
+}
+
+/// [`placed_state_key`] appended to `key` (a buffer the caller reuses).
+pub(crate) fn push_placed_state_key(
+    key: &mut String,
+    prefix: &str,
+    placement: Option<&str>,
+    client_key: &str,
+    policy: &Policy,
+) {
     key.push_str(prefix);
     key.push_str(":{");
     match placement {
         Some(placement) => {
-            escape_into(&mut key, placement);
+            escape_into(key, placement);
             key.push('}');
-            escape_into(&mut key, client_key);
+            escape_into(key, client_key);
             key.push(':');
         }
         None => {
-            escape_into(&mut key, client_key);
+            escape_into(key, client_key);
             key.push_str("}:");
         }
     }
     key.push_str(policy.name());
     key.push(':');
     key.push_str(algorithm_tag(policy.algorithm()));
-    key
 }
 
 /// The one-time marker of a settled reservation `id` of `client_key`: in the client key's

@@ -254,6 +254,62 @@ async fn cold_keys_are_read_together_and_exchanged_in_one_call() {
     }
 }
 
+/// The TTL in ms of `key`'s count of the current window in Redis (-2: no such key, -1: no
+/// TTL).
+fn redis_ttl(server: &RedisServer, store: &SyncedStore, policy: &Policy, key: &str) -> i64 {
+    let name = format!(
+        "{}:sync:{}:{}",
+        store.redis().state_key(policy, key),
+        policy.period(),
+        START / policy.period()
+    );
+    server.cli(&["PTTL", &name]).trim().parse().unwrap()
+}
+
+// Two policies of different periods (so different TTLs, which one exchange call shares)
+// on more windows than one call carries (200 keys × 3 windows > 512): every count reaches
+// Redis with the TTL of its period, set when the count is created and kept by later
+// additions, and set again on a count created anew after a reset. Every tenth key is
+// checked (each check is a redis-cli process).
+#[tokio::test]
+async fn counts_of_several_periods_and_calls_carry_their_ttl() {
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    let a = synced(config(&server, "ttl"), fixed()).await;
+    let minute = shared_policy("m", AlgorithmKind::FixedWindow, 1000, MINUTE);
+    let hour = shared_policy("h", AlgorithmKind::SlidingWindow, 1000, HOUR);
+    let both = [Arc::clone(&minute), Arc::clone(&hour)];
+    let keys: Vec<String> = (0..200).map(|i| format!("k{i}")).collect();
+    for round in 1..=2 {
+        for (i, key) in keys.iter().enumerate() {
+            assert_eq!(
+                admit(&a, &both, key, 1 + i as u64 % 3).await,
+                1 + i as u64 % 3
+            );
+        }
+        a.sync_now().await.unwrap();
+        for (i, key) in keys.iter().enumerate().step_by(10) {
+            let expected = round * (1 + i as u64 % 3);
+            for (policy, period_ms) in [(&minute, 60_000), (&hour, 3_600_000)] {
+                assert_eq!(redis_count(&server, &a, policy, key), expected, "{key}");
+                let ttl = redis_ttl(&server, &a, policy, key);
+                assert!(
+                    ttl > 0 && ttl <= 2 * period_ms + 1000,
+                    "{key}: TTL {ttl} ms under a period of {period_ms} ms"
+                );
+            }
+        }
+    }
+    a.reset(&minute, "k0").await.unwrap();
+    assert_eq!(redis_ttl(&server, &a, &minute, "k0"), -2);
+    assert_eq!(admit(&a, &[Arc::clone(&minute)], "k0", 1).await, 1);
+    a.sync_now().await.unwrap();
+    assert_eq!(redis_count(&server, &a, &minute, "k0"), 1);
+    let ttl = redis_ttl(&server, &a, &minute, "k0");
+    assert!(ttl > 0 && ttl <= 121_000, "TTL {ttl} ms after a reset");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_master_cluster() {
     let Some(cluster) = RedisCluster::start() else {

@@ -61,11 +61,18 @@ impl Listeners {
     /// Binds one socket per available core to `addr` (port 0: one free port for all).
     pub fn bind(addr: SocketAddr) -> Result<Listeners, ServerError> {
         let workers = std::thread::available_parallelism().map_or(1, |n| n.get());
-        // SO_REUSEPORT would let a second instance share the port silently; an ordinary
-        // bind first fails as usual when the address is taken, and fixes a port-0 choice.
-        let addr = std::net::TcpListener::bind(addr)
-            .and_then(|probe| probe.local_addr())
-            .map_err(|source| listen_error(addr, source))?;
+        // SO_REUSEPORT would let a second instance share a given port silently; an ordinary
+        // bind first fails as usual when the address is taken. Port 0 skips that probe: the
+        // kernel never hands out a port another socket holds, even with SO_REUSEPORT, and
+        // a probe's port, once dropped, could be taken by any outgoing connection before the
+        // workers listen on it (`listen` then fails with "address in use").
+        let addr = if addr.port() == 0 {
+            addr
+        } else {
+            std::net::TcpListener::bind(addr)
+                .and_then(|probe| probe.local_addr())
+                .map_err(|source| listen_error(addr, source))?
+        };
         let first = reuse_socket(addr)?;
         let addr = first.local_addr().map_err(|source| ServerError::Setup {
             what: "gateway socket",
@@ -587,6 +594,20 @@ fn bad_gateway() -> Response {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn port_zero_binds_every_worker_to_one_port_and_a_taken_port_is_refused() {
+        let listeners = Listeners::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let addr = listeners.local_addr();
+        assert_ne!(addr.port(), 0);
+        let mut listening = Vec::new();
+        for socket in listeners.sockets {
+            assert_eq!(socket.local_addr().unwrap(), addr);
+            listening.push(socket.listen(16).unwrap());
+        }
+        // A second gateway on the same port is refused, not silently sharing it.
+        assert!(Listeners::bind(addr).is_err());
+    }
 
     #[test]
     fn upstream_uri_keeps_path_and_query() {

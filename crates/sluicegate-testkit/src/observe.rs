@@ -3,7 +3,7 @@
 use std::collections::HashMap;
 use std::sync::Mutex;
 
-use sluicegate_core::{Outcome, Verdict, VerdictObserver};
+use sluicegate_core::{Outcome, VerdictObserver};
 
 /// Counts `(policy, outcome)` and records the key of every verdict it observes.
 #[derive(Default)]
@@ -23,7 +23,7 @@ impl Counting {
 }
 
 impl VerdictObserver for Counting {
-    fn observe(&self, key: &str, verdict: &Verdict) {
+    fn observe(&self, key: &str, verdict: &sluicegate_core::VerdictOf<'_>) {
         self.keys.lock().unwrap().push(key.to_owned());
         let mut map = self.outcomes.lock().unwrap();
         for d in &verdict.decisions {

@@ -153,8 +153,8 @@ impl<A: Algorithm> Subject for Ours<A> {
     }
 }
 
-/// The whole `MemoryStore` path (what the server calls: policy lookup, shard, verdict),
-/// one gcra policy, on the TSC clock.
+/// The whole `MemoryStore` path (what the server calls: policy lookup, shard, a verdict
+/// that owns its policy), one gcra policy, on the TSC clock.
 struct Store {
     store: MemoryStore<Tsc>,
     policies: [Arc<Policy>; 1],
@@ -179,6 +179,26 @@ impl Subject for Store {
 
     fn len(&self) -> usize {
         self.store.len()
+    }
+}
+
+/// [`Store`] through `check_borrowed`: the verdict refers to the policy instead of
+/// cloning its `Arc` (what a caller that reads the verdict before its policies go pays).
+struct StoreBorrowed(Store);
+
+impl Subject for StoreBorrowed {
+    #[inline]
+    fn check_id(&self, id: u64) -> bool {
+        let mut buf = [0u8; 23];
+        let request = CheckRequest::new(&self.0.policies, key_text(id, &mut buf), 1);
+        self.0
+            .store
+            .check_borrowed(request)
+            .is_ok_and(|v| v.allowed)
+    }
+
+    fn len(&self) -> usize {
+        self.0.len()
     }
 }
 
@@ -284,7 +304,7 @@ pub const GOVERNOR_U64: usize = 3;
 pub const HARNESS: usize = 5;
 
 /// The subjects, built lazily: a filtered-out benchmark never builds (nor fills) its own.
-pub const SUBJECTS: [(&str, Make); 7] = [
+pub const SUBJECTS: [(&str, Make); 8] = [
     ("sluicegate_gcra", || {
         Box::new(Ours::<Gcra>::new(AlgorithmKind::Gcra))
     }),
@@ -301,6 +321,9 @@ pub const SUBJECTS: [(&str, Make); 7] = [
     ("harness_only", || Box::new(Harness(Tsc::new()))),
     ("sluicegate_store_2_token_buckets", || {
         Box::new(Store2::new())
+    }),
+    ("sluicegate_store_borrowed_gcra", || {
+        Box::new(StoreBorrowed(Store::new()))
     }),
 ];
 

@@ -370,14 +370,16 @@ impl StoreShard {
         if self.any_override || self.byte_cap != usize::MAX {
             return None;
         }
-        self.check_table(t, now, cost, self.count < self.cap)
+        // No overrides in the shard: the sweep has no key to keep.
+        self.check_table(t, now, cost, self.count < self.cap, |_, _| false)
     }
 
     /// [`StoreShard::check_one`] once the key's numbers are known (`t.numbers`), in a
     /// shard with or without a bound in bytes.
     fn check_resolved(&mut self, t: &Target<'_>, now: Micros, cost: u64) -> Option<Decision> {
         let room = self.count < self.cap && !self.over_budget();
-        let decision = self.check_table(t, now, cost, room)?;
+        let pinned = |overrides: &Overrides, fp| overrides.contains_key(&fp);
+        let decision = self.check_table(t, now, cost, room, pinned)?;
         if self.byte_cap != usize::MAX && decision.allowed && cost > 0 {
             // A sliding log may have grown.
             self.shed_after_check(t, now);
@@ -386,7 +388,8 @@ impl StoreShard {
     }
 
     /// The one-pass check in `t`'s table; `room`: whether a new key may be inserted
-    /// without making room first.
+    /// without making room first; `pinned`: the keys the sweep must keep, given the
+    /// shard's overrides.
     #[inline]
     fn check_table(
         &mut self,
@@ -394,6 +397,7 @@ impl StoreShard {
         now: Micros,
         cost: u64,
         room: bool,
+        pinned: impl Fn(&Overrides, Fingerprint) -> bool,
     ) -> Option<Decision> {
         if t.numbers.is_some() || t.policy.penalty() != 0 {
             return None;
@@ -403,13 +407,12 @@ impl StoreShard {
             return None;
         }
         let overrides = &self.overrides;
-        let pinned = |fp: Fingerprint| overrides.contains_key(&fp);
         let check = OneCheck {
             now,
             cost,
             max_delay: t.policy.delay_budget(),
             room,
-            pinned: &pinned,
+            pinned: |fp| pinned(overrides, fp),
         };
         held.table.check(t.fp, check, &mut self.count)
     }

@@ -26,14 +26,6 @@ pub(crate) trait PolicyTable: Send {
         cost: u64,
         max_delay: Option<Micros>,
     ) -> Decision;
-    /// [`PolicyTable::evaluate`] then, if admitted with a cost, [`PolicyTable::commit`],
-    /// under the table's own numbers with one probe of the key, then
-    /// [`PolicyTable::sweep`]: the one-policy path, in one call. Returns the decision and
-    /// keeps `count` (the shard's states) for an insertion and what the sweep dropped
-    /// (a small return value, not a tuple through memory); `None`, having changed
-    /// nothing, when `fp` is new, must be inserted and there is no `room` (the caller
-    /// makes room first, on the general path).
-    fn check(&mut self, fp: Fingerprint, c: OneCheck<'_>, count: &mut usize) -> Option<Decision>;
     /// Whether `fp` is tracked.
     fn contains(&mut self, fp: Fingerprint) -> bool;
     /// Consumes `cost` (> 0) for `fp`, inserting it if new; returns whether it was inserted.
@@ -105,16 +97,17 @@ pub(crate) trait PolicyTable: Send {
     ) -> Option<bool>;
 }
 
-/// The rest of a one-policy check ([`PolicyTable::check`]): the time, the cost, the
+/// The rest of a one-policy check ([`AnyTable::check`]): the time, the cost, the
 /// policy's delay budget, whether a new key may be inserted without making room, and the
-/// keys the sweep must keep (those with an override).
+/// keys the sweep must keep (those with an override: `P`, a closure known statically, so
+/// that a shard without overrides passes one that keeps nothing, for free).
 #[derive(Clone, Copy)]
-pub(crate) struct OneCheck<'a> {
+pub(crate) struct OneCheck<P> {
     pub(crate) now: Micros,
     pub(crate) cost: u64,
     pub(crate) max_delay: Option<Micros>,
     pub(crate) room: bool,
-    pub(crate) pinned: &'a dyn Fn(Fingerprint) -> bool,
+    pub(crate) pinned: P,
 }
 
 /// The numbers a key's state is kept and decided under: `None` for the table's own (its
@@ -135,6 +128,51 @@ impl<A: Algorithm + From<Quota>> TypedTable<A> {
             alg,
             raw: RawTable::with_heap(max_len, A::heap_bytes),
         }
+    }
+
+    /// [`AnyTable::check`] for this algorithm.
+    #[inline]
+    fn check<P: Fn(Fingerprint) -> bool>(
+        &mut self,
+        fp: Fingerprint,
+        c: OneCheck<P>,
+        count: &mut usize,
+    ) -> Option<Decision> {
+        let alg = &self.alg;
+        let OneCheck {
+            now,
+            cost,
+            max_delay,
+            room,
+            pinned,
+        } = c;
+        let (decision, at) = match self.raw.find(fp) {
+            Some(i) => (
+                alg.evaluate(self.raw.state(i), now, cost, max_delay),
+                Some(i),
+            ),
+            None => (
+                alg.evaluate(&A::State::default(), now, cost, max_delay),
+                None,
+            ),
+        };
+        if decision.allowed && cost > 0 {
+            let i = match at {
+                Some(i) => i,
+                None if room => {
+                    *count += 1;
+                    self.raw.insert(fp)
+                }
+                None => return None,
+            };
+            self.raw.update(i, |state| alg.consume(state, now, cost));
+            self.raw
+                .note_idle_at(now.saturating_add(decision.reset_after));
+        }
+        *count -= self
+            .raw
+            .sweep(now, super::shard::SWEEP_STEPS, |s| alg.idle_at(s), &pinned);
+        Some(decision)
     }
 }
 
@@ -186,12 +224,18 @@ macro_rules! each_table {
 }
 
 impl AnyTable {
-    /// [`PolicyTable::check`], dispatched statically (the hot path).
+    /// [`PolicyTable::evaluate`] then, if admitted with a cost, [`PolicyTable::commit`],
+    /// under the table's own numbers with one probe of the key, then
+    /// [`PolicyTable::sweep`]: the one-policy path, in one call, dispatched statically.
+    /// Returns the decision and keeps `count` (the shard's states) for an insertion and
+    /// what the sweep dropped (a small return value, not a tuple through memory); `None`,
+    /// having changed nothing, when `fp` is new, must be inserted and there is no `room`
+    /// (the caller makes room first, on the general path).
     #[inline]
-    pub(crate) fn check(
+    pub(crate) fn check<P: Fn(Fingerprint) -> bool>(
         &mut self,
         fp: Fingerprint,
-        c: OneCheck<'_>,
+        c: OneCheck<P>,
         count: &mut usize,
     ) -> Option<Decision> {
         each_table!(self, |t| t.check(fp, c, count))
@@ -254,45 +298,6 @@ where
             Some(i) => alg.evaluate(self.raw.state(i), now, cost, max_delay),
             None => alg.evaluate(&A::State::default(), now, cost, max_delay),
         }
-    }
-
-    #[inline]
-    fn check(&mut self, fp: Fingerprint, c: OneCheck<'_>, count: &mut usize) -> Option<Decision> {
-        let alg = &self.alg;
-        let OneCheck {
-            now,
-            cost,
-            max_delay,
-            room,
-            pinned,
-        } = c;
-        let (decision, at) = match self.raw.find(fp) {
-            Some(i) => (
-                alg.evaluate(self.raw.state(i), now, cost, max_delay),
-                Some(i),
-            ),
-            None => (
-                alg.evaluate(&A::State::default(), now, cost, max_delay),
-                None,
-            ),
-        };
-        if decision.allowed && cost > 0 {
-            let i = match at {
-                Some(i) => i,
-                None if room => {
-                    *count += 1;
-                    self.raw.insert(fp)
-                }
-                None => return None,
-            };
-            self.raw.update(i, |state| alg.consume(state, now, cost));
-            self.raw
-                .note_idle_at(now.saturating_add(decision.reset_after));
-        }
-        *count -= self
-            .raw
-            .sweep(now, super::shard::SWEEP_STEPS, |s| alg.idle_at(s), pinned);
-        Some(decision)
     }
 
     fn contains(&mut self, fp: Fingerprint) -> bool {

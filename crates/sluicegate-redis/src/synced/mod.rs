@@ -5,9 +5,10 @@
 //!
 //! **What is exchanged.** Per policy and client key, each window (fixed_window: the
 //! current one; sliding_window: the current and the previous one) has a shared count in
-//! Redis, `<state key>:sync:<period µs>:<window index>`. An exchange (`sync.lua`) adds to it
-//! what this instance admitted since the last one (`INCRBY`, TTL two periods) and reads
-//! back the fleet's count, which replaces the local view: local count = fleet count at the
+//! Redis, `<state key>:sync:<period µs>:<window index>`. An exchange (`exchange.rs`,
+//! `sync.lua`) adds to it what this instance admitted since the last one (`INCRBY`; a TTL of
+//! two periods and a second when the count is created) and reads back the fleet's count,
+//! which replaces the local view: local count = fleet count at the
 //! last exchange + what this instance admitted since. Keys decided on in the last
 //! `KEEP_FRESH` (10) exchanges take part; a key idle longer (or new here) is read first (one
 //! round trip; concurrent requests' reads share one `MGET`, see `read.rs`), so no decision
@@ -29,10 +30,10 @@
 //! reads any more are dropped and counted (`sluicegate_store_sync_dropped_total`). `ping`
 //! (`/readyz`) still reports Redis down. See docs/redis.md.
 
+mod exchange;
 mod read;
 mod state;
 
-use std::collections::HashMap;
 use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
@@ -40,8 +41,7 @@ use std::time::Duration;
 
 use futures_util::future::join_all;
 use parking_lot::{Mutex, MutexGuard};
-use redis::cluster_routing::Slot;
-use redis::{ErrorKind, Script, ServerErrorKind};
+use redis::Script;
 use sluicegate_core::store::check_key;
 use sluicegate_core::{
     BoxFuture, CheckRequest, Clock, KeyedCheck, Micros, Policy, Store, StoreError, SystemClock,
@@ -51,7 +51,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 
 use crate::config::{RedisConfig, RedisStoreError};
-use crate::keys::placed_state_key;
+use crate::keys::{placed_state_key, push_placed_state_key};
 use crate::link::LogEvery;
 use crate::store::RedisStore;
 use read::ReadJob;
@@ -70,14 +70,6 @@ pub const METRIC_SYNC: &str = "sluicegate_store_sync_total";
 
 /// Shards of the local state (each its own lock).
 const SHARDS: usize = 64;
-/// Exchanges that keep refreshing a key after its last decision: a key used at least this
-/// often (once a second at `sync = "100ms"`) never waits for a read of Redis, and Redis's
-/// work per exchange is bounded by the keys used in the last `KEEP_FRESH` intervals.
-const KEEP_FRESH: u64 = 10;
-/// Window counts per script call: large enough to amortise the call, small enough that
-/// one call never blocks Redis for long.
-const EXCHANGE_CHUNK: usize = 512;
-
 /// Why a local-first store cannot decide `policy` (fixed_window and sliding_window without
 /// a calendar or a penalty only), in the words of the configuration error; `Ok` when it can.
 ///
@@ -143,8 +135,8 @@ struct Synced {
     /// Exchange rounds completed; an entry read in an earlier round is refreshed before
     /// it decides again.
     completed: AtomicU64,
-    /// One exchange at a time (the timer's and [`SyncedStore::sync_now`]'s).
-    exchanging: tokio::sync::Mutex<()>,
+    /// One exchange at a time (the timer's and [`SyncedStore::sync_now`]'s), and its buffers.
+    exchanging: tokio::sync::Mutex<exchange::Round>,
     clock: Arc<dyn Clock>,
     /// Picks an entry's shard (the fast hash: a decision hashes its key a few times).
     hasher: foldhash::fast::RandomState,
@@ -154,36 +146,18 @@ struct Synced {
 }
 
 /// One (policy, key) of a request.
-struct Item<'a> {
+struct Item<'a, K = String> {
     policy: &'a Arc<Policy>,
     /// The Redis state key, also the local map's key.
-    base: String,
+    base: K,
     shard: usize,
     cost: u64,
 }
 
-/// One window's shared count in an exchange, and the entry its answer goes to.
-struct WindowKey {
-    /// `<state key>:sync:<period µs>:<window index>`.
-    key: Vec<u8>,
-    /// The state key's length: `key[..base_len]` is the entry's key in its shard.
-    base_len: usize,
-    shard: usize,
-    index: u64,
-    delta: u64,
-    ttl_ms: u64,
-}
-
-impl WindowKey {
-    fn base(&self) -> &[u8] {
-        &self.key[..self.base_len]
-    }
-}
-
+/// The shared count of `base`'s window `index` (see [`exchange::push_window_key`]).
 fn window_key(base: &[u8], period: Micros, index: u64) -> Vec<u8> {
     let mut key = Vec::with_capacity(base.len() + 40);
-    key.extend_from_slice(base);
-    key.extend_from_slice(format!(":sync:{period}:{index}").as_bytes());
+    exchange::push_window_key(&mut key, base, period, index);
     key
 }
 
@@ -218,7 +192,7 @@ impl SyncedStore {
                 .map(|_| Mutex::new(Shard::new(per_shard)))
                 .collect(),
             completed: AtomicU64::new(0),
-            exchanging: tokio::sync::Mutex::new(()),
+            exchanging: tokio::sync::Mutex::new(exchange::Round::default()),
             clock: options.clock,
             hasher: foldhash::fast::RandomState::default(),
             log: LogEvery::default(),
@@ -275,7 +249,7 @@ impl Synced {
                     )));
                 }
                 let base = placed_state_key(prefix, placement, key, policy);
-                let shard = (self.hasher.hash_one(&base) % SHARDS as u64) as usize;
+                let shard = self.shard_of(&base);
                 Ok(Item {
                     policy,
                     base,
@@ -309,22 +283,65 @@ impl Synced {
     /// The common case, one item whose entry is fresh, decided under one lock and one
     /// lookup; `None` (nothing done) when the entry is missing or stale. The same rule as
     /// [`Synced::decide_locked`] with nothing to read.
-    fn decide_fresh(&self, item: &Item<'_>, now: Micros) -> Option<Result<Verdict, StoreError>> {
+    fn decide_fresh(
+        &self,
+        item: &Item<'_, impl AsRef<str>>,
+        now: Micros,
+    ) -> Option<Result<Verdict, StoreError>> {
         let mut shard = self.shards[item.shard].lock();
         // Read under the lock: an exchange applies a shard's answers under its lock before
         // it counts the round as completed, so a fresh entry is never seen as stale here.
         let completed = self.completed.load(Ordering::Acquire);
-        let entry = shard.map.get(item.base.as_bytes())?;
+        let entry = shard.map.get_mut(item.base.as_ref().as_bytes())?;
         if entry.round < completed || entry.period != item.policy.period() {
             return None;
         }
         let decision = decide(item.policy, Some(entry), now, item.cost);
-        let mut verdict = Verdict::combine(vec![(Arc::clone(item.policy), decision, item.cost)]);
+        let mut verdict = Verdict::combine_one(Arc::clone(item.policy), decision);
         verdict.at = now;
-        Some(
-            self.record(&mut shard, item, verdict.consumes(0), now, completed)
-                .map(|()| verdict),
-        )
+        // What `record` does for an entry that exists, without looking it up again.
+        entry.used = completed;
+        if verdict.consumes(0) && item.cost > 0 {
+            let lost = entry.admit(now, item.cost);
+            drop(shard);
+            self.dropped(lost);
+        } else {
+            entry.touch(now);
+        }
+        Some(Ok(verdict))
+    }
+
+    /// A request under one policy whose entry is fresh, decided without building an
+    /// [`Item`]: the state key is written into this thread's buffer instead of a new
+    /// `String` (an allocation and a free per decision); `None` when it takes the general
+    /// path (a stale or missing entry, a policy the store refuses).
+    fn check_one(
+        &self,
+        policy: &Arc<Policy>,
+        key: &str,
+        cost: u64,
+    ) -> Option<Result<Verdict, StoreError>> {
+        thread_local! {
+            static BASE: std::cell::RefCell<String> = const { std::cell::RefCell::new(String::new()) };
+        }
+        if state::unsupported(policy).is_some() {
+            return None;
+        }
+        BASE.with_borrow_mut(|base| {
+            base.clear();
+            push_placed_state_key(base, self.redis.key_prefix(), None, key, policy);
+            let item = Item {
+                policy,
+                shard: self.shard_of(base),
+                base: &**base,
+                cost,
+            };
+            self.decide_fresh(&item, self.clock.now())
+        })
+    }
+
+    fn shard_of(&self, base: &str) -> usize {
+        (self.hasher.hash_one(base) % SHARDS as u64) as usize
     }
 
     /// For each item whose local state is missing or older than the last exchange, the
@@ -483,155 +500,6 @@ impl Synced {
         }
     }
 
-    /// One exchange: every entry decided on since the last one (or holding unsent
-    /// admissions) sends its delta and reads the fleet's count.
-    async fn exchange(&self) -> Result<(), StoreError> {
-        let _one = self.exchanging.lock().await;
-        let now = self.clock.now();
-        let round = self.completed.load(Ordering::Acquire) + 1;
-        let keys = self.take_round(now, round - 1);
-        let (totals, error) = self.run(&keys).await;
-        self.apply_round(&keys, &totals, round);
-        let result = if error.is_some() { "failed" } else { "ok" };
-        metrics::counter!(METRIC_SYNC, "result" => result).increment(1);
-        match error {
-            Some(e) => Err(e),
-            None => {
-                self.completed.store(round, Ordering::Release);
-                Ok(())
-            }
-        }
-    }
-
-    /// Collects what an exchange sends (entries used in the last [`KEEP_FRESH`] exchanges
-    /// or holding unsent admissions), dropping idle entries on the way.
-    fn take_round(&self, now: Micros, completed: u64) -> Vec<WindowKey> {
-        let mut keys = Vec::new();
-        for (s, shard) in self.shards.iter().enumerate() {
-            let mut shard = shard.lock();
-            shard.map.retain(|_, e| !e.idle(now));
-            for (base, entry) in shard.map.iter_mut() {
-                let recent = entry.used.saturating_add(KEEP_FRESH) >= completed;
-                if !entry.dirty && !recent && !entry.has_unsent() {
-                    continue;
-                }
-                let (carried, lost) = entry.take(now);
-                self.dropped(lost);
-                let ttl_ms = (entry.period / 1000).saturating_mul(2).saturating_add(1000);
-                for c in carried {
-                    keys.push(WindowKey {
-                        key: window_key(base.as_bytes(), entry.period, c.index),
-                        base_len: base.as_bytes().len(),
-                        shard: s,
-                        index: c.index,
-                        delta: c.delta,
-                        ttl_ms,
-                    });
-                }
-            }
-        }
-        keys
-    }
-
-    /// Applies an exchange's answers (or, where it failed, puts the deltas back).
-    fn apply_round(&self, sent: &[WindowKey], totals: &[Option<u64>], round: u64) {
-        let mut current: Option<(usize, MutexGuard<'_, Shard>)> = None;
-        for (s, total) in sent.iter().zip(totals) {
-            // `sent` is in shard order, so locks are taken in order, one at a time.
-            if current.as_ref().is_none_or(|(i, _)| *i != s.shard) {
-                drop(current.take());
-                current = Some((s.shard, self.shards[s.shard].lock()));
-            }
-            let Some((_, shard)) = current.as_mut() else {
-                continue;
-            };
-            if let Some(entry) = shard.map.get_mut(s.base()) {
-                match total {
-                    Some(total) => entry.apply(s.index, s.delta, *total, round),
-                    None => entry.restore(s.index, s.delta),
-                }
-            }
-        }
-    }
-
-    /// Runs the exchange script over `keys`: one call per chunk, per hash slot on a
-    /// cluster, the calls concurrent. Each key's total, `None` where its call failed, and
-    /// the first error.
-    async fn run(&self, keys: &[WindowKey]) -> (Vec<Option<u64>>, Option<StoreError>) {
-        let mut groups: Vec<(Option<Slot>, Vec<usize>)> = Vec::new();
-        // The open (not yet full) group of each slot: a cluster exchange spreads thousands
-        // of keys over thousands of slots, so a scan of the groups per key was quadratic.
-        let mut open: HashMap<Option<Slot>, usize, foldhash::fast::RandomState> =
-            HashMap::default();
-        let cluster = self.redis.inner().link.is_cluster();
-        for (i, k) in keys.iter().enumerate() {
-            let slot = cluster.then(|| Slot::for_key(&k.key));
-            match open.get(&slot).copied() {
-                Some(g) if groups[g].1.len() < EXCHANGE_CHUNK => groups[g].1.push(i),
-                _ => {
-                    open.insert(slot, groups.len());
-                    groups.push((slot, vec![i]));
-                }
-            }
-        }
-        // The script adds to the windows with a delta first, then reads the others in one
-        // `MGET`, answering in that order (a stable sort keeps the rest of the order).
-        for (_, group) in &mut groups {
-            group.sort_by_key(|&i| keys[i].delta == 0);
-        }
-        let calls = groups.iter().map(|(_, group)| self.call(keys, group));
-        let answers = join_all(calls).await;
-        let mut totals = vec![None; keys.len()];
-        let mut error = None;
-        for ((_, group), answer) in groups.iter().zip(answers) {
-            match answer {
-                Ok(values) if values.len() == group.len() => {
-                    for (&i, v) in group.iter().zip(values) {
-                        totals[i] = Some(v);
-                    }
-                }
-                Ok(_) => {
-                    error.get_or_insert(StoreError::Internal(
-                        "the sync script answered the wrong number of counts".into(),
-                    ));
-                }
-                Err(e) => {
-                    error.get_or_insert(e);
-                }
-            }
-        }
-        (totals, error)
-    }
-
-    /// One exchange script call: `EVALSHA` built in one buffer (no allocation per key or
-    /// argument), loading the script when Redis does not have it.
-    async fn call(&self, keys: &[WindowKey], group: &[usize]) -> Result<Vec<u64>, StoreError> {
-        let writes = group.partition_point(|&i| keys[i].delta > 0);
-        let mut cmd = redis::cmd("EVALSHA");
-        cmd.arg(self.script.get_hash()).arg(group.len());
-        for &i in group {
-            cmd.arg(&keys[i].key);
-        }
-        cmd.arg(writes);
-        for &i in &group[..writes] {
-            cmd.arg(keys[i].delta).arg(keys[i].ttl_ms);
-        }
-        let script = &self.script;
-        self.redis
-            .inner()
-            .link
-            .run(move |mut conn| async move {
-                match cmd.query_async(&mut conn).await {
-                    Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
-                        script.load_async(&mut conn).await?;
-                        cmd.query_async(&mut conn).await
-                    }
-                    answer => answer,
-                }
-            })
-            .await
-    }
-
     fn refund(&self, items: &[Item<'_>]) {
         let now = self.clock.now();
         for item in items {
@@ -650,7 +518,7 @@ impl Synced {
     async fn reset(&self, policy: &Policy, key: &str) -> Result<(), StoreError> {
         check_key(key)?;
         let base = placed_state_key(self.redis.key_prefix(), None, key, policy);
-        let shard = (self.hasher.hash_one(&base) % SHARDS as u64) as usize;
+        let shard = self.shard_of(&base);
         self.shards[shard].lock().map.remove(base.as_bytes());
         let window = self.clock.now() / policy.period();
         let keys: Vec<Vec<u8>> = [window.saturating_sub(1), window]
@@ -684,6 +552,11 @@ impl Store for SyncedStore {
     ) -> BoxFuture<'a, Result<Verdict, StoreError>> {
         Box::pin(async move {
             request.validate()?;
+            if let [policy] = request.policies
+                && let Some(verdict) = self.inner.check_one(policy, request.key, request.cost)
+            {
+                return verdict;
+            }
             let parts = request
                 .policies
                 .iter()

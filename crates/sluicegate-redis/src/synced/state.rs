@@ -212,20 +212,19 @@ impl Entry {
         }
     }
 
-    /// Starts an exchange at `now`: the windows to send (what is pending moves to
-    /// `sending`) and to read. Returns them and what was dropped (unsent counts of
+    /// Starts an exchange at `now`: each window to send (what is pending moves to
+    /// `sending`) and to read goes to `carry`. Returns what was dropped (unsent counts of
     /// windows no decision reads any more).
-    pub(crate) fn take(&mut self, now: Micros) -> (Vec<Carried>, u64) {
+    pub(crate) fn take_each(&mut self, now: Micros, mut carry: impl FnMut(Carried)) -> u64 {
         let current = now / self.period;
         let (_, mut dropped) = self.slot(current);
         let previous = current.saturating_sub(1);
         let sliding = self.sliding;
-        let mut carried = Vec::with_capacity(2);
         for w in &mut self.windows {
             let wanted = w.index == current
                 || (w.index == previous && (sliding || w.pending > 0) && current > 0);
             if wanted {
-                carried.push(Carried {
+                carry(Carried {
                     index: w.index,
                     delta: w.pending,
                 });
@@ -237,6 +236,14 @@ impl Entry {
             }
         }
         self.dirty = false;
+        dropped
+    }
+
+    /// [`Entry::take_each`], collected.
+    #[cfg(test)]
+    pub(crate) fn take(&mut self, now: Micros) -> (Vec<Carried>, u64) {
+        let mut carried = Vec::with_capacity(2);
+        let dropped = self.take_each(now, |c| carried.push(c));
         (carried, dropped)
     }
 
