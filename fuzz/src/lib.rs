@@ -19,17 +19,19 @@ use sluicegate_envoy::compile::{Compiler, Options};
 use sluicegate_middleware::path::normalize_path;
 use sluicegate_middleware::{ClientIdentity, ClientIpHeader, RouteSpec, RouteTable};
 use sluicegate_server::api::check::{CheckInput, parse_body, parse_entry};
+use sluicegate_server::h1;
 
 /// A target's check: the input bytes in, a panic on a finding.
 pub type Check = fn(&[u8]);
 
 /// The targets, by name: what `scripts/fuzz.sh` runs and the corpus folders' names.
-pub const TARGETS: [(&str, Check); 5] = [
+pub const TARGETS: [(&str, Check); 6] = [
     ("config_toml", config_toml),
     ("envoy_yaml", envoy_yaml),
     ("check_body", check_body),
     ("client_ip", client_ip),
     ("path_route", path_route),
+    ("h1_head", h1_head),
 ];
 
 /// The TOML configuration reader (`sluicegate validate` and `serve`): any text is either a
@@ -196,6 +198,105 @@ pub fn path_route(data: &[u8]) {
         raw, normalised,
         "{path:?} and {normal:?} meet different routes"
     );
+}
+
+/// The lean front's request head parser (`h1::parse`): any bytes are a partial head (only
+/// while shorter than `MAX_HEAD`), a head for hyper, or a *plain* head that keeps every
+/// promise of `h1`'s documentation — see [`check_plain_head`]. A plain head is judged the
+/// same on its own bytes as with whatever follows it (pipelining), and none of its own
+/// prefixes is already a plain head (a head read in pieces is cut in the same place).
+pub fn h1_head(data: &[u8]) {
+    // More slots than the bound, so the parser itself must keep to `MAX_FIELDS`.
+    let mut fields = [h1::EMPTY_HEADER; h1::MAX_FIELDS + 8];
+    let head = match h1::parse(data, &mut fields) {
+        h1::Parsed::Partial => {
+            assert!(data.len() < h1::MAX_HEAD, "partial at {} bytes", data.len());
+            return;
+        }
+        h1::Parsed::Other => return,
+        h1::Parsed::Plain(head) => head,
+    };
+    check_plain_head(data, &head);
+    let len = head.len();
+    let mut alone = [h1::EMPTY_HEADER; h1::MAX_FIELDS];
+    let h1::Parsed::Plain(again) = h1::parse(&data[..len], &mut alone) else {
+        panic!("plain with what follows it, not on its own");
+    };
+    assert_eq!(
+        (
+            again.method(),
+            again.path(),
+            again.len(),
+            again.content_length()
+        ),
+        (head.method(), head.path(), len, head.content_length()),
+        "judged differently without what follows it"
+    );
+    // Every prefix for short heads; a sample of cuts for long ones.
+    let step = (len / 256).max(1);
+    for cut in (0..len).step_by(step) {
+        let mut slots = [h1::EMPTY_HEADER; h1::MAX_FIELDS];
+        let prefix = h1::parse(&data[..cut], &mut slots);
+        assert!(
+            !matches!(prefix, h1::Parsed::Plain(_)),
+            "a plain head already at {cut} of {len} bytes"
+        );
+    }
+}
+
+/// What a plain head promises: its length within the input and `MAX_HEAD`, ending in a
+/// blank line; HTTP/1.1; at most `MAX_FIELDS` fields, none holding CR, LF or NUL; at most
+/// one `Content-Length`, of plain digits, equal to `content_length()` (0 without one); no
+/// `Transfer-Encoding`, `Expect` or `Upgrade`; `Connection` only `keep-alive`.
+fn check_plain_head(data: &[u8], head: &h1::Head<'_>) {
+    let len = head.len();
+    assert!(
+        len > 0 && len <= data.len() && len <= h1::MAX_HEAD,
+        "length {len}"
+    );
+    assert!(data[..len].ends_with(b"\n\n") || data[..len].ends_with(b"\n\r\n"));
+    // Empty lines before the request line are skipped (RFC 9112 §2.2), as hyper does.
+    let start = data
+        .iter()
+        .position(|b| !matches!(b, b'\r' | b'\n'))
+        .unwrap();
+    let line_end = start + data[start..].iter().position(|&b| b == b'\n').unwrap();
+    let line = data[start..line_end]
+        .strip_suffix(b"\r")
+        .unwrap_or(&data[start..line_end]);
+    let expected = format!("{} {} HTTP/1.1", head.method(), head.path());
+    assert_eq!(line, expected.as_bytes(), "request line");
+    let clean = |bytes: &[u8]| !bytes.iter().any(|b| matches!(b, b'\r' | b'\n' | 0));
+    assert!(clean(head.path().as_bytes()) && !head.path().contains(' '));
+    assert!(
+        head.fields().len() <= h1::MAX_FIELDS,
+        "{} fields",
+        head.fields().len()
+    );
+    let mut lengths = Vec::new();
+    for field in head.fields() {
+        let name = field.name.to_ascii_lowercase();
+        assert!(clean(field.name.as_bytes()) && clean(field.value), "{name}");
+        assert!(
+            !matches!(name.as_str(), "transfer-encoding" | "expect" | "upgrade"),
+            "plain with {name}"
+        );
+        if name == "connection" {
+            assert!(field.value.eq_ignore_ascii_case(b"keep-alive"));
+        }
+        if name == "content-length" {
+            lengths.push(field.value);
+        }
+    }
+    match lengths[..] {
+        [] => assert_eq!(head.content_length(), 0),
+        [value] => {
+            assert!(!value.is_empty() && value.iter().all(u8::is_ascii_digit));
+            let text = std::str::from_utf8(value).unwrap();
+            assert_eq!(text.parse::<u64>().ok(), Some(head.content_length()));
+        }
+        _ => panic!("plain with {} Content-Length fields", lengths.len()),
+    }
 }
 
 fn routes() -> RouteTable {

@@ -45,4 +45,8 @@ fn edge_inputs() {
     harness::path_route(b"\x00/a/%2e%2E/../%2f/x");
     harness::client_ip(b"\x00\xc3\xa9, 203.0.113.1");
     harness::check_body(br#"{"requests": []}"#);
+    // A smuggling pair: `Transfer-Encoding` with a `Content-Length` is never plain.
+    harness::h1_head(
+        b"POST / HTTP/1.1\r\nContent-Length: 6\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\nG",
+    );
 }
