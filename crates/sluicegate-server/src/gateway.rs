@@ -20,7 +20,6 @@ use std::io::Write as _;
 use std::net::SocketAddr;
 
 use axum::body::Body;
-use axum::extract::Request;
 use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use http::uri::PathAndQuery;
@@ -248,11 +247,17 @@ impl crate::conn::App for Gateway {
         request: hyper::Request<hyper::body::Incoming>,
         peer: SocketAddr,
     ) -> impl Future<Output = Response> + Send + 'static + use<> {
-        proxy(self.clone(), peer, request.map(Body::new))
+        proxy(self.clone(), peer, request)
     }
 }
 
-async fn proxy(Gateway(gateway): Gateway, peer: SocketAddr, mut request: Request) -> Response {
+/// The request stays hyper's `Incoming` until it must go through hyper's client: the common
+/// bodyless request on the lean lane never needs it boxed as a `Body` (an allocation a request).
+async fn proxy(
+    Gateway(gateway): Gateway,
+    peer: SocketAddr,
+    mut request: hyper::Request<hyper::body::Incoming>,
+) -> Response {
     let runtime = gateway.state.runtime();
     let Some(config) = runtime.config.gateway.as_ref() else {
         return bad_gateway();
@@ -278,12 +283,14 @@ async fn proxy(Gateway(gateway): Gateway, peer: SocketAddr, mut request: Request
     let sent = gateway
         .upstream
         .send(config, upstream_request, upgrade.is_some());
-    let (response, body) = match tokio::time::timeout(config.upstream_timeout, sent).await {
-        Ok(Ok(Sent::Lane(response))) => {
+    // `send` bounds the wait for the response head by `upstream_timeout` itself (the lane
+    // with one timer per upstream connection, not one per request).
+    let (response, body) = match sent.await {
+        Ok(Sent::Lane(response)) => {
             let (parts, body) = response.into_parts();
             (parts, Body::new(body))
         }
-        Ok(Ok(Sent::Hyper(response, pooled))) => {
+        Ok(Sent::Hyper(response, pooled)) => {
             if let Some(client_side) =
                 upgrade.filter(|_| response.status() == StatusCode::SWITCHING_PROTOCOLS)
             {
@@ -301,13 +308,13 @@ async fn proxy(Gateway(gateway): Gateway, peer: SocketAddr, mut request: Request
             let (parts, body) = response.into_parts();
             (parts, hyper_body(&gateway.upstream, body, pooled))
         }
-        Ok(Err(e)) => return failed(config, &e, decision.as_ref()),
-        Err(_) => {
+        Err(UpstreamError::TimedOut) => {
             tracing::warn!(upstream = %config.upstream, timeout = ?config.upstream_timeout, "upstream sent no response head in time");
             let mut response = gateway_timeout(permit);
             after_response(decision.as_ref(), &mut response);
             return response;
         }
+        Err(e) => return failed(config, &e, decision.as_ref()),
     };
     pass_on(response, body, decision.as_ref(), (guard, permit))
 }
@@ -393,12 +400,12 @@ async fn admit(
 /// headers removed (but an upgrade's `Upgrade`/`Connection: upgrade` when `upgrading`),
 /// `X-Forwarded-*` added, HTTP/1.1 (the client may speak 1.1 or 2 to us; an HTTP/2
 /// client's `:authority` becomes the `Host`).
-fn to_upstream(
-    request: Request,
+fn to_upstream<B>(
+    request: http::Request<B>,
     upstream: &http::Uri,
     peer: SocketAddr,
     upgrading: bool,
-) -> Result<Request, ApiError> {
+) -> Result<http::Request<B>, ApiError> {
     let (mut parts, body) = request.into_parts();
     let host = parts.headers.get(header::HOST).cloned().or_else(|| {
         let authority = parts.uri.authority()?;

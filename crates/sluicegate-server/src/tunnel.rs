@@ -12,7 +12,6 @@
 //! other request loses them with the other hop-by-hop headers.
 
 use axum::body::Body;
-use axum::extract::Request;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, Version, header};
 use axum::response::Response;
 use hyper::upgrade::OnUpgrade;
@@ -23,7 +22,7 @@ use crate::config::ConnectionLimits;
 
 /// The client side of an upgrade, taken from `request` when it asks for one: HTTP/1.1,
 /// `Connection` naming `upgrade`, and an `Upgrade` header. `None` for any other request.
-pub fn client_upgrade(request: &mut Request) -> Option<OnUpgrade> {
+pub fn client_upgrade<B>(request: &mut http::Request<B>) -> Option<OnUpgrade> {
     if request.version() != Version::HTTP_11 || !is_upgrade(request.headers()) {
         return None;
     }

@@ -69,6 +69,9 @@ pub enum UpstreamError {
     /// The lean lane's exchange failed, or the upstream's answer was malformed.
     #[error("request")]
     Lane(#[source] LaneError),
+    /// No response head within `gateway.upstream_timeout` (the gateway answers 504).
+    #[error("no response head in time")]
+    TimedOut,
 }
 
 /// The upstream's response head: from hyper's client (with the connection, to give back
@@ -177,31 +180,39 @@ impl Upstream {
     pub async fn send(
         self: &Arc<Self>,
         config: &GatewayConfig,
-        request: http::Request<Body>,
+        request: http::Request<Incoming>,
         upgrading: bool,
     ) -> Result<Sent, UpstreamError> {
         let lean = !upgrading
             && http_body::Body::is_end_stream(request.body())
             && request.method() != http::Method::CONNECT
             && config.upstream.scheme_str() != Some("https");
+        let deadline = tokio::time::Instant::now() + config.upstream_timeout;
         if lean {
             let (parts, _) = request.into_parts();
-            return self.send_lane(config, &parts).await.map(Sent::Lane);
+            return self
+                .send_lane(config, &parts, deadline)
+                .await
+                .map(Sent::Lane);
         }
-        // Boxed: its state (a TLS stream being set up, hyper's handshake) is several times
-        // the lane's, and every request's future would otherwise carry that size, moved
-        // whole into hyper's dispatcher per request.
-        let (response, pooled) = Box::pin(self.send_hyper(config, request)).await?;
+        // Only hyper's client needs the body as a `Body` (boxed). Boxed too: its state (a
+        // TLS stream being set up, hyper's handshake) is several times the lane's, and every
+        // request's future would otherwise carry that size, moved whole into hyper's
+        // dispatcher per request.
+        let request = request.map(Body::new);
+        let sent = tokio::time::timeout_at(deadline, Box::pin(self.send_hyper(config, request)));
+        let (response, pooled) = sent.await.map_err(|_| UpstreamError::TimedOut)??;
         Ok(Sent::Hyper(response, pooled))
     }
 
     /// The lean lane: the warmest idle lane connection, or a new one; a request that a
     /// kept-alive connection's upstream closed on without answering is sent again on a new
-    /// one, once, when its method is idempotent.
+    /// one, once, when its method is idempotent. All of it by `deadline`.
     async fn send_lane(
         self: &Arc<Self>,
         config: &GatewayConfig,
         request: &http::request::Parts,
+        deadline: tokio::time::Instant,
     ) -> Result<http::Response<LaneBody>, UpstreamError> {
         let (idle, generation) = self.checkout_conn(config);
         let reused = idle.is_some();
@@ -209,28 +220,37 @@ impl Upstream {
             Some(conn) => conn,
             // Boxed (here and below): connecting is rare, and its state (name resolution, a
             // timer) would otherwise enlarge every request's future.
-            None => Box::pin(self.connect_conn(config)).await?,
+            None => Box::pin(self.connect_conn(config, deadline)).await?,
         };
-        let answer = match conn.exchange(request).await {
+        let answer = match conn.exchange(request, deadline).await {
             Err(e) if reused && e.nothing_received() && request.method.is_idempotent() => {
-                conn = Box::pin(self.connect_conn(config)).await?;
-                conn.exchange(request).await
+                conn = Box::pin(self.connect_conn(config, deadline)).await?;
+                conn.exchange(request, deadline).await
             }
             answer => answer,
         };
-        let (parts, framing) = answer.map_err(UpstreamError::Lane)?;
+        let (parts, framing) = answer.map_err(|e| match e {
+            LaneError::TimedOut => UpstreamError::TimedOut,
+            e => UpstreamError::Lane(e),
+        })?;
         let body = LaneBody::start(conn, framing, self, generation);
         Ok(http::Response::from_parts(parts, body))
     }
 
-    /// A new lane connection to `config`'s upstream.
-    async fn connect_conn(&self, config: &GatewayConfig) -> Result<Conn, UpstreamError> {
+    /// A new lane connection to `config`'s upstream (by `deadline`, the request's).
+    async fn connect_conn(
+        &self,
+        config: &GatewayConfig,
+        deadline: tokio::time::Instant,
+    ) -> Result<Conn, UpstreamError> {
         let authority = config
             .upstream
             .authority()
             .ok_or_else(|| UpstreamError::Connect("the upstream has no authority".into()))?;
-        crate::lane::connect(authority, CONNECT_TIMEOUT)
+        let connecting = crate::lane::connect(authority, CONNECT_TIMEOUT);
+        tokio::time::timeout_at(deadline, connecting)
             .await
+            .map_err(|_| UpstreamError::TimedOut)?
             .map_err(|e| UpstreamError::Connect(Box::new(e)))
     }
 

@@ -192,3 +192,33 @@ async fn a_response_that_came_too_late_is_not_given_to_the_next_request() {
     }
     assert!(seen.accepted.load(Ordering::SeqCst) >= 2);
 }
+
+/// The lane's response-head deadline is one timer per upstream connection, moved on for each
+/// request: on a connection that has carried requests, a slow answer still gets its 504
+/// within `upstream_timeout`, and the quick ones before it were not cut short by an earlier
+/// request's deadline.
+#[tokio::test]
+async fn a_kept_alive_connection_times_out_a_slow_answer_too() {
+    let (addr, seen) = upstream().await;
+    let dir = tempfile::tempdir().unwrap();
+    let server = start(dir.path(), addr);
+    // One client connection: one gateway worker, so one upstream connection carries all.
+    let client = reqwest::Client::new();
+    for i in 0..5 {
+        let path = format!("/warm{i}");
+        assert_eq!(
+            get(&client, &server, &path).await,
+            (200, format!("ok:{path}"))
+        );
+    }
+    assert_eq!(seen.accepted.load(Ordering::SeqCst), 1);
+    assert_eq!(get(&client, &server, "/slow").await.0, 504);
+    for i in 0..5 {
+        let path = format!("/next{i}");
+        assert_eq!(
+            get(&client, &server, &path).await,
+            (200, format!("ok:{path}"))
+        );
+    }
+    // (The late answer never reached them: each got its own body, above.)
+}
