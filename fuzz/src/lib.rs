@@ -13,6 +13,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
+use bytes::BytesMut;
 use http::{HeaderMap, HeaderValue, Method};
 use sluicegate_core::{AlgorithmKind, CheckRequest, Policy};
 use sluicegate_envoy::compile::{Compiler, Options};
@@ -20,18 +21,20 @@ use sluicegate_middleware::path::normalize_path;
 use sluicegate_middleware::{ClientIdentity, ClientIpHeader, RouteSpec, RouteTable};
 use sluicegate_server::api::check::{CheckInput, parse_body, parse_entry};
 use sluicegate_server::h1;
+use sluicegate_server::lane::{Chunked, Decoded};
 
 /// A target's check: the input bytes in, a panic on a finding.
 pub type Check = fn(&[u8]);
 
 /// The targets, by name: what `scripts/fuzz.sh` runs and the corpus folders' names.
-pub const TARGETS: [(&str, Check); 6] = [
+pub const TARGETS: [(&str, Check); 7] = [
     ("config_toml", config_toml),
     ("envoy_yaml", envoy_yaml),
     ("check_body", check_body),
     ("client_ip", client_ip),
     ("path_route", path_route),
     ("h1_head", h1_head),
+    ("lane_chunked", lane_chunked),
 ];
 
 /// The TOML configuration reader (`sluicegate validate` and `serve`): any text is either a
@@ -296,6 +299,64 @@ fn check_plain_head(data: &[u8], head: &h1::Head<'_>) {
             assert_eq!(text.parse::<u64>().ok(), Some(head.content_length()));
         }
         _ => panic!("plain with {} Content-Length fields", lengths.len()),
+    }
+}
+
+/// The upstream lane's chunked body decoder (`lane::Chunked`): the first byte picks how the
+/// rest is cut into reads. The same bytes decode to the same body, trailers and leftover
+/// bytes — or break off after the same body bytes with the same error, or run out at the
+/// same point — whether they come in one read, byte by byte, or in those cuts.
+pub fn lane_chunked(data: &[u8]) {
+    let Some((&seed, body)) = data.split_first() else {
+        return;
+    };
+    let whole = decode_chunked(body, |_| body.len());
+    let bytewise = decode_chunked(body, |_| 1);
+    assert_eq!(whole, bytewise, "one read and byte by byte differ");
+    // Cuts of 1 to 64 bytes, varied by the seed and the read's number.
+    let cuts = decode_chunked(body, |i| 1 + (usize::from(seed) * 31 + i * 17) % 64);
+    assert_eq!(whole, cuts, "one read and cuts of seed {seed} differ");
+}
+
+/// What a chunked body decoded to, whatever the reads.
+#[derive(Debug, PartialEq)]
+enum Chunks {
+    /// The end: the body, its trailers, and the bytes after it.
+    End(Vec<u8>, Option<HeaderMap>, Vec<u8>),
+    /// An error after these body bytes.
+    Broken(Vec<u8>, String),
+    /// The input ran out after these body bytes.
+    Short(Vec<u8>),
+}
+
+/// Decodes `input` fed in reads of `cut(read number)` bytes.
+fn decode_chunked(input: &[u8], cut: impl Fn(usize) -> usize) -> Chunks {
+    let mut decoder = Chunked::new();
+    let (mut read, mut fed, mut reads, mut body) = (BytesMut::new(), 0, 0, Vec::new());
+    loop {
+        let trailers = match decoder.decode(&mut read) {
+            Ok(Decoded::Data(data)) => {
+                assert!(!data.is_empty(), "an empty data piece");
+                body.extend_from_slice(&data);
+                continue;
+            }
+            Ok(Decoded::More) if fed == input.len() => return Chunks::Short(body),
+            Ok(Decoded::More) => {
+                let n = cut(reads).clamp(1, input.len() - fed);
+                read.extend_from_slice(&input[fed..fed + n]);
+                (fed, reads) = (fed + n, reads + 1);
+                continue;
+            }
+            Ok(Decoded::Trailers(fields)) => Some(fields),
+            Ok(Decoded::End) => None,
+            Err(e) => return Chunks::Broken(body, e.to_string()),
+        };
+        assert!(
+            matches!(decoder.decode(&mut read), Ok(Decoded::End)),
+            "not over after the end"
+        );
+        read.extend_from_slice(&input[fed..]);
+        return Chunks::End(body, trailers, read.to_vec());
     }
 }
 

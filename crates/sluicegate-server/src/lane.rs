@@ -18,6 +18,7 @@
 //! end, on HTTP/1.1 without `Connection: close`.
 
 mod body;
+mod chunked;
 mod head;
 
 use std::io;
@@ -30,6 +31,7 @@ use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::TcpStream;
 
 pub use body::LaneBody;
+pub use chunked::{Chunked, Decoded};
 pub use head::Framing;
 
 /// The largest response head the lane reads (status line and fields), like hyper's bound.

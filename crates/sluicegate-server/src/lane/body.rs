@@ -9,18 +9,12 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll, ready};
 
-use bytes::{Buf as _, Bytes};
-use http::{HeaderMap, HeaderName, HeaderValue};
+use bytes::Bytes;
 use hyper::body::{Frame, SizeHint};
 
-use super::{Conn, Framing, LaneError, MAX_HEAD};
+use super::chunked::{Chunked, Decoded};
+use super::{Conn, Framing, LaneError};
 use crate::upstream::Upstream;
-
-/// The longest chunk-size line read (the size and any extensions).
-const MAX_CHUNK_LINE: usize = 4096;
-
-/// The most trailer fields a chunked body may end with.
-const MAX_TRAILERS: usize = 32;
 
 /// A response body from the lane (see the module's documentation).
 pub struct LaneBody {
@@ -46,16 +40,8 @@ struct Streaming {
 enum Kind {
     /// Bytes still to come after `first`.
     Length(u64),
-    Chunked(Chunk),
+    Chunked(Chunked),
     Close,
-}
-
-/// Where the chunked decoder is.
-enum Chunk {
-    Size,
-    Data(u64),
-    DataEnd,
-    Trailers,
 }
 
 /// What a step of a streaming body came to.
@@ -95,7 +81,7 @@ impl LaneBody {
                 let read = first.as_ref().map_or(0, |b| b.len() as u64);
                 (Kind::Length(n - read), first)
             }
-            Framing::Chunked => (Kind::Chunked(Chunk::Size), None),
+            Framing::Chunked => (Kind::Chunked(Chunked::new()), None),
             Framing::Empty | Framing::Close => (Kind::Close, already_read(&mut conn)),
         };
         LaneBody {
@@ -219,145 +205,26 @@ impl Streaming {
         }
     }
 
-    /// One step of the chunked decoder (RFC 9112 §7.1).
+    /// One step of the chunked decoder; at the body's end the connection is done with.
     fn step_chunked(&mut self) -> Result<Step, LaneError> {
-        let read = &mut self.conn.read;
-        let Kind::Chunked(chunk) = &mut self.kind else {
+        let Kind::Chunked(decoder) = &mut self.kind else {
             return Ok(Step::End);
         };
-        loop {
-            match chunk {
-                Chunk::Size => {
-                    let Some(end) = read.windows(2).position(|w| w == b"\r\n") else {
-                        return more(read.len() <= MAX_CHUNK_LINE, "chunk-size line too long");
-                    };
-                    let size = chunk_size(&read[..end])?;
-                    read.advance(end + 2);
-                    *chunk = if size == 0 {
-                        Chunk::Trailers
-                    } else {
-                        Chunk::Data(size)
-                    };
-                }
-                Chunk::Data(rest) => {
-                    if read.is_empty() {
-                        return Ok(Step::More);
-                    }
-                    let take =
-                        usize::try_from(*rest).map_or(read.len(), |rest| rest.min(read.len()));
-                    *rest -= take as u64;
-                    if *rest == 0 {
-                        *chunk = Chunk::DataEnd;
-                    }
-                    return Ok(Step::Frame(Frame::data(read.split_to(take).freeze())));
-                }
-                Chunk::DataEnd => {
-                    if read.len() < 2 {
-                        return Ok(Step::More);
-                    }
-                    if &read[..2] != b"\r\n" {
-                        return Err(LaneError::Malformed("chunk data not followed by CRLF"));
-                    }
-                    read.advance(2);
-                    *chunk = Chunk::Size;
-                }
-                Chunk::Trailers => return self.trailers(),
-            }
-        }
-    }
-
-    /// After the last chunk: the trailer section, if any, then the end.
-    fn trailers(&mut self) -> Result<Step, LaneError> {
-        let read = &mut self.conn.read;
-        if read.len() < 2 {
-            return Ok(Step::More);
-        }
-        let fields = if read.starts_with(b"\r\n") {
-            read.advance(2);
-            None
-        } else {
-            let Some(end) = read.windows(4).position(|w| w == b"\r\n\r\n") else {
-                return more(read.len() <= MAX_HEAD, "trailer section too large");
-            };
-            let fields = trailer_fields(&read[..end + 4])?;
-            read.advance(end + 4);
-            Some(fields)
+        let (step, over) = match decoder.decode(&mut self.conn.read)? {
+            Decoded::Data(data) => (Step::Frame(Frame::data(data)), false),
+            Decoded::More => (Step::More, false),
+            Decoded::Trailers(fields) => (Step::Frame(Frame::trailers(fields)), true),
+            Decoded::End => (Step::End, true),
         };
-        // Everything of the body has been read: the end comes with the next poll.
-        self.kind = Kind::Length(0);
-        Ok(fields.map_or(Step::End, |fields| Step::Frame(Frame::trailers(fields))))
+        if over {
+            // Everything of the body has been read: the end comes with the next poll.
+            self.kind = Kind::Length(0);
+        }
+        Ok(step)
     }
 }
 
 /// The body bytes read with the head, if any.
 fn already_read(conn: &mut Conn) -> Option<Bytes> {
     (!conn.read.is_empty()).then(|| conn.read.split().freeze())
-}
-
-/// `Step::More` while `within` the bound, else the error `what`.
-fn more(within: bool, what: &'static str) -> Result<Step, LaneError> {
-    if within {
-        Ok(Step::More)
-    } else {
-        Err(LaneError::Malformed(what))
-    }
-}
-
-/// The size of a chunk-size line (hex, at most 15 digits; extensions after `;` ignored).
-fn chunk_size(line: &[u8]) -> Result<u64, LaneError> {
-    let digits = line
-        .split(|&b| b == b';')
-        .next()
-        .unwrap_or_default()
-        .trim_ascii_end();
-    if digits.is_empty() || digits.len() > 15 {
-        return Err(LaneError::Malformed("invalid chunk size"));
-    }
-    digits.iter().try_fold(0u64, |n, &d| {
-        let digit = char::from(d)
-            .to_digit(16)
-            .ok_or(LaneError::Malformed("invalid chunk size"))?;
-        Ok(n << 4 | u64::from(digit))
-    })
-}
-
-/// A trailer section (the fields and the blank line) as a header map.
-fn trailer_fields(section: &[u8]) -> Result<HeaderMap, LaneError> {
-    let mut slots = [httparse::EMPTY_HEADER; MAX_TRAILERS];
-    let parsed = match httparse::parse_headers(section, &mut slots) {
-        Ok(httparse::Status::Complete((_, fields))) => fields,
-        _ => return Err(LaneError::Malformed("invalid trailer section")),
-    };
-    let mut map = HeaderMap::with_capacity(parsed.len());
-    for field in parsed {
-        let name = HeaderName::from_bytes(field.name.as_bytes());
-        let value = HeaderValue::from_bytes(field.value);
-        let (Ok(name), Ok(value)) = (name, value) else {
-            return Err(LaneError::Malformed("invalid trailer field"));
-        };
-        map.append(name, value);
-    }
-    Ok(map)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn chunk_sizes_are_hex_with_extensions_ignored() {
-        assert_eq!(chunk_size(b"1a").unwrap(), 26);
-        assert_eq!(chunk_size(b"FF;name=value").unwrap(), 255);
-        assert_eq!(chunk_size(b"0 ").unwrap(), 0);
-        for bad in [&b""[..], b"g", b"-1", b" 1", b"1234567890abcdef0", b";x"] {
-            assert!(chunk_size(bad).is_err(), "{bad:?}");
-        }
-    }
-
-    #[test]
-    fn trailers_are_parsed_and_bad_ones_refused() {
-        let map = trailer_fields(b"x-sum: 42\r\nx-b: 1\r\n\r\n").unwrap();
-        assert_eq!(map["x-sum"], "42");
-        assert!(trailer_fields(b"no colon\r\n\r\n").is_err());
-    }
 }
