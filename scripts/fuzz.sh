@@ -12,7 +12,7 @@ seconds=${1:-60}
 shift || true
 targets=("$@")
 if [ ${#targets[@]} -eq 0 ]; then
-  targets=(config_toml envoy_yaml check_body client_ip path_route h1_head lane_chunked)
+  targets=(config_toml envoy_yaml check_body client_ip path_route h1_head lane_chunked lane_head)
 fi
 # No sanitizer: the code is safe Rust, and ASan would triple the build and slow each run;
 # libFuzzer's coverage guidance and Rust's own checks (debug assertions, overflow checks,

@@ -13,7 +13,8 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::BytesMut;
+use bytes::{Bytes, BytesMut};
+use http::header::{CONNECTION, CONTENT_LENGTH, TRANSFER_ENCODING};
 use http::{HeaderMap, HeaderValue, Method};
 use sluicegate_core::{AlgorithmKind, CheckRequest, Policy};
 use sluicegate_envoy::compile::{Compiler, Options};
@@ -21,13 +22,13 @@ use sluicegate_middleware::path::normalize_path;
 use sluicegate_middleware::{ClientIdentity, ClientIpHeader, RouteSpec, RouteTable};
 use sluicegate_server::api::check::{CheckInput, parse_body, parse_entry};
 use sluicegate_server::h1;
-use sluicegate_server::lane::{Chunked, Decoded};
+use sluicegate_server::lane::{self, Chunked, Decoded, Framing, ResponseHead};
 
 /// A target's check: the input bytes in, a panic on a finding.
 pub type Check = fn(&[u8]);
 
 /// The targets, by name: what `scripts/fuzz.sh` runs and the corpus folders' names.
-pub const TARGETS: [(&str, Check); 7] = [
+pub const TARGETS: [(&str, Check); 8] = [
     ("config_toml", config_toml),
     ("envoy_yaml", envoy_yaml),
     ("check_body", check_body),
@@ -35,6 +36,7 @@ pub const TARGETS: [(&str, Check); 7] = [
     ("path_route", path_route),
     ("h1_head", h1_head),
     ("lane_chunked", lane_chunked),
+    ("lane_head", lane_head),
 ];
 
 /// The TOML configuration reader (`sluicegate validate` and `serve`): any text is either a
@@ -357,6 +359,103 @@ fn decode_chunked(input: &[u8], cut: impl Fn(usize) -> usize) -> Chunks {
         );
         read.extend_from_slice(&input[fed..]);
         return Chunks::End(body, trailers, read.to_vec());
+    }
+}
+
+/// The upstream lane's response head (`lane::parse_head`, then `decode_head`), read as the
+/// lane reads it (only the first `MAX_HEAD` bytes); the first byte's low bit says whether
+/// the request was a `HEAD`. A whole head lies within the input, its fields within it; none
+/// of its prefixes is whole, and it parses the same without what follows it. A decoded
+/// response's framing is what its fields say (RFC 9112 §6.3) — see [`check_framing`].
+pub fn lane_head(data: &[u8]) {
+    let Some((&pick, rest)) = data.split_first() else {
+        return;
+    };
+    let buf = &rest[..rest.len().min(lane::MAX_HEAD)];
+    let mut offsets = Vec::new();
+    let Ok(Some(parsed)) = lane::parse_head(buf, &mut offsets) else {
+        return;
+    };
+    let len = parsed.len();
+    assert!(len > 0 && len <= buf.len(), "length {len} of {}", buf.len());
+    for &[a, b, c, d] in &offsets {
+        assert!(
+            a <= b && b <= len && c <= d && d <= len,
+            "field outside the head"
+        );
+    }
+    let mut alone = Vec::new();
+    let again = lane::parse_head(&buf[..len], &mut alone);
+    let again = again
+        .expect("refused on its own")
+        .expect("partial on its own");
+    assert_eq!(
+        (again.len(), again.status(), &alone),
+        (len, parsed.status(), &offsets)
+    );
+    for cut in (0..len).step_by((len / 256).max(1)) {
+        let prefix = lane::parse_head(&buf[..cut], &mut alone);
+        assert!(
+            matches!(prefix, Ok(None)),
+            "prefix of {cut} bytes: {prefix:?}"
+        );
+    }
+    let head = Bytes::copy_from_slice(&buf[..len]);
+    match lane::decode_head(head, &parsed, &offsets, pick & 1 == 1) {
+        Ok(Some(response)) => check_framing(&response, pick & 1 == 1),
+        Ok(None) => assert!(matches!(parsed.status(), 100..=199) && parsed.status() != 101),
+        Err(e) => assert!(!e.to_string().is_empty()),
+    }
+}
+
+/// A final response's framing follows its fields: no body for `HEAD`, 204 and 304; else
+/// one lone `chunked` coding and no length, or equal lengths of plain digits, or (neither)
+/// a body until the close and no reuse. `Connection: close` is never reused either.
+fn check_framing(response: &ResponseHead, head_request: bool) {
+    let status = response.parts.status.as_u16();
+    assert!(status >= 200, "interim {status} as a final response");
+    let headers = &response.parts.headers;
+    let close = headers.get_all(CONNECTION).iter().any(|v| {
+        v.as_bytes()
+            .split(|&b| b == b',')
+            .any(|t| t.trim_ascii().eq_ignore_ascii_case(b"close"))
+    });
+    assert!(
+        !(close && response.keep_alive),
+        "kept alive despite Connection: close"
+    );
+    if head_request || status == 204 || status == 304 {
+        assert_eq!(response.framing, Framing::Empty);
+        return;
+    }
+    let codings: Vec<_> = headers.get_all(TRANSFER_ENCODING).iter().collect();
+    let mut lengths = headers
+        .get_all(CONTENT_LENGTH)
+        .iter()
+        .flat_map(|v| v.as_bytes().split(|&b| b == b','))
+        .map(|t| {
+            let t = t.trim_ascii();
+            assert!(
+                !t.is_empty() && t.iter().all(u8::is_ascii_digit),
+                "length {t:?}"
+            );
+            std::str::from_utf8(t).unwrap().parse::<u64>().unwrap()
+        });
+    let first = lengths.next();
+    assert!(lengths.all(|n| Some(n) == first), "differing lengths");
+    match (response.framing, codings.as_slice(), first) {
+        (Framing::Chunked, [coding], None) => {
+            assert!(
+                coding
+                    .as_bytes()
+                    .trim_ascii()
+                    .eq_ignore_ascii_case(b"chunked")
+            );
+        }
+        (Framing::Length(n), [], Some(m)) => assert!(n == m && n > 0),
+        (Framing::Empty, [], Some(0)) => {}
+        (Framing::Close, [], None) => assert!(!response.keep_alive),
+        (framing, codings, length) => panic!("{framing:?} from {codings:?} and {length:?}"),
     }
 }
 

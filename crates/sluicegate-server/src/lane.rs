@@ -32,7 +32,8 @@ use tokio::net::TcpStream;
 
 pub use body::LaneBody;
 pub use chunked::{Chunked, Decoded};
-pub use head::Framing;
+pub use head::{Framing, Parsed as ParsedHead, Response as ResponseHead};
+pub use head::{decode as decode_head, parse as parse_head};
 
 /// The largest response head the lane reads (status line and fields), like hyper's bound.
 pub const MAX_HEAD: usize = 64 * 1024;

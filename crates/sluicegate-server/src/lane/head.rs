@@ -4,6 +4,7 @@
 
 use std::mem::MaybeUninit;
 
+use bytes::Bytes;
 use http::header::{CONNECTION, CONTENT_LENGTH, TRANSFER_ENCODING};
 use http::{HeaderMap, HeaderName, HeaderValue, StatusCode, Version};
 
@@ -24,10 +25,28 @@ pub enum Framing {
 
 /// A whole response head at the start of the read buffer; its fields' offsets are in the
 /// connection's `offsets`.
+#[derive(Debug)]
 pub struct Parsed {
     len: usize,
     status: u16,
     http10: bool,
+}
+
+impl Parsed {
+    /// The head's length in bytes, its final blank line included.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Never true: a head has at least a status line.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The status code as sent (three digits; not yet checked to be a valid status).
+    pub fn status(&self) -> u16 {
+        self.status
+    }
 }
 
 /// `METHOD target HTTP/1.1`, the fields, the blank line. The `http` types have already
@@ -161,6 +180,35 @@ pub fn build(
     head_request: bool,
 ) -> Result<Option<(http::response::Parts, Framing)>, LaneError> {
     let head = conn.read.split_to(parsed.len).freeze();
+    let Some(response) = decode(head, &parsed, &conn.offsets, head_request)? else {
+        return Ok(None);
+    };
+    if !response.keep_alive {
+        conn.keep_alive = false;
+    }
+    Ok(Some((response.parts, response.framing)))
+}
+
+/// A final response head, decoded.
+#[derive(Debug)]
+pub struct Response {
+    /// Status and fields (the values share the head's bytes).
+    pub parts: http::response::Parts,
+    /// How its body is delimited.
+    pub framing: Framing,
+    /// Whether the connection may carry another request after this response's body.
+    pub keep_alive: bool,
+}
+
+/// Decodes the head `parse` found (its bytes `head`, its fields at `offsets`): the response
+/// and its framing, `None` for an interim (1xx) answer, or why it is refused. Its own
+/// function, without the connection, so that it can be fuzzed (fuzz target `lane_head`).
+pub fn decode(
+    head: Bytes,
+    parsed: &Parsed,
+    offsets: &[[usize; 4]],
+    head_request: bool,
+) -> Result<Option<Response>, LaneError> {
     let status = StatusCode::from_u16(parsed.status)
         .map_err(|_| LaneError::Malformed("invalid status code"))?;
     if status == StatusCode::SWITCHING_PROTOCOLS {
@@ -170,9 +218,9 @@ pub fn build(
     if status.is_informational() {
         return Ok(None);
     }
-    let mut headers = HeaderMap::with_capacity(conn.offsets.len());
+    let mut headers = HeaderMap::with_capacity(offsets.len());
     let mut fields = Fields::default();
-    for &[name_start, name_end, value_start, value_end] in &conn.offsets {
+    for &[name_start, name_end, value_start, value_end] in offsets {
         let name = HeaderName::from_bytes(&head[name_start..name_end])
             .map_err(|_| LaneError::Malformed("invalid header name"))?;
         let value = HeaderValue::from_maybe_shared(head.slice(value_start..value_end))
@@ -189,15 +237,17 @@ pub fn build(
     };
     // `Connection: close` and HTTP/1.0: the body is read as framed, but the connection is
     // not reused; a body delimited by the close cannot be followed by anything.
-    if fields.close || parsed.http10 || framing == Framing::Close {
-        conn.keep_alive = false;
-    }
+    let keep_alive = !(fields.close || parsed.http10 || framing == Framing::Close);
     let mut response = http::Response::new(());
     *response.status_mut() = status;
     *response.version_mut() = Version::HTTP_11;
     *response.headers_mut() = headers;
     let (parts, ()) = response.into_parts();
-    Ok(Some((parts, framing)))
+    Ok(Some(Response {
+        parts,
+        framing,
+        keep_alive,
+    }))
 }
 
 #[cfg(test)]
