@@ -21,6 +21,8 @@ use sluicegate_envoy::compile::{Compiler, Options};
 use sluicegate_middleware::path::normalize_path;
 use sluicegate_middleware::{ClientIdentity, ClientIpHeader, RouteSpec, RouteTable};
 use sluicegate_server::api::check::{CheckInput, parse_body, parse_entry};
+use sluicegate_server::api::plain_body;
+use sluicegate_server::api::types::CheckBody;
 use sluicegate_server::h1;
 use sluicegate_server::lane::{self, Chunked, Decoded, Framing, ResponseHead};
 
@@ -109,6 +111,7 @@ pub fn check_body(data: &[u8]) {
             .collect();
         let _ = CheckRequest::new(&named, &body.key, body.cost).validate();
     };
+    same_as_serde(data);
     match parse_body(data) {
         Ok(CheckInput::One(body)) => validate(&body),
         Ok(CheckInput::Batch(batch)) => {
@@ -123,6 +126,24 @@ pub fn check_body(data: &[u8]) {
             assert!(status == 400 || status == 413, "status {status}");
         }
     }
+}
+
+/// The common body read by hand (`api::plain_body`, tried before serde) accepts only what
+/// serde accepts, and reads the same policies, key, cost and `reserve` from it.
+fn same_as_serde(data: &[u8]) {
+    let Some(plain) = plain_body::parse(data) else {
+        return;
+    };
+    let serde: CheckBody = serde_json::from_slice(data).expect("read by hand, refused by serde");
+    assert_eq!(
+        format!("{:?}", plain.policy.names()),
+        format!("{:?}", serde.policy.names()),
+        "policies"
+    );
+    assert_eq!(
+        (&*plain.key, plain.cost, plain.reserve),
+        (&*serde.key, serde.cost, serde.reserve)
+    );
 }
 
 /// Client identity behind trusted proxies (`X-Forwarded-For`, `Forwarded`, `X-Real-IP`):
