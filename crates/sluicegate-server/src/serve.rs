@@ -68,6 +68,10 @@ async fn serve(
     crate::metrics::spawn_upkeep();
     let (state, dashboard, synced) = open_state(&config).await?;
     let api = bind(config.server.listen, "API").await?;
+    let envoy = match config.envoy.as_ref().and_then(|envoy| envoy.listen) {
+        Some(addr) => Some(bind(addr, "envoy").await?),
+        None => None,
+    };
     let gateway = match &config.gateway {
         Some(g) => Some((crate::gateway::Listeners::bind(g.listen)?, g.clone())),
         None => None,
@@ -96,10 +100,10 @@ async fn serve(
         let running = crate::gateway::start(listeners, state.clone(), stop_rx.clone()).await?;
         tasks.spawn(running);
     }
-    if let Some(addr) = config.envoy.as_ref().and_then(|envoy| envoy.listen) {
-        println!("  envoy grpc://{addr}");
+    if let Some(listener) = envoy {
+        println!("  envoy grpc://{}", local(&listener));
         tasks.spawn(crate::envoy::run(
-            addr,
+            listener,
             state.clone(),
             stopped(stop_rx.clone()),
         ));
