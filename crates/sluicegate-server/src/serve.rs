@@ -68,10 +68,7 @@ async fn serve(
     crate::metrics::spawn_upkeep();
     let (state, dashboard, synced) = open_state(&config).await?;
     let api = bind(config.server.listen, "API").await?;
-    let envoy = match config.envoy.as_ref().and_then(|envoy| envoy.listen) {
-        Some(addr) => Some(bind(addr, "envoy").await?),
-        None => None,
-    };
+    let envoy = bind_envoy(&config).await?;
     let gateway = match &config.gateway {
         Some(g) => Some((crate::gateway::Listeners::bind(g.listen)?, g.clone())),
         None => None,
@@ -234,6 +231,15 @@ async fn bind(addr: SocketAddr, what: &'static str) -> Result<TcpListener, Serve
     TcpListener::bind(addr)
         .await
         .map_err(|source| ServerError::Listen { addr, what, source })
+}
+
+/// The Envoy gRPC listener, when the config has one: bound before `ready` is printed, like
+/// the API's, so that a client connecting on `ready` is never refused.
+async fn bind_envoy(config: &Config) -> Result<Option<TcpListener>, ServerError> {
+    match config.envoy.as_ref().and_then(|envoy| envoy.listen) {
+        Some(addr) => Ok(Some(bind(addr, "envoy").await?)),
+        None => Ok(None),
+    }
 }
 
 fn local(listener: &TcpListener) -> String {
