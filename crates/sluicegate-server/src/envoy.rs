@@ -11,7 +11,6 @@
 //! purpose, so idleness alone does not close one).
 
 use std::io;
-use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -29,9 +28,11 @@ use crate::conn;
 use crate::error::ServerError;
 use crate::state::AppState;
 
-/// Runs the Envoy gRPC service until `shutdown` resolves.
+/// Runs the Envoy gRPC service on `listener` until `shutdown` resolves. The caller binds
+/// the listener before it prints `ready`, so a client that connects on `ready` is never
+/// refused (binding here, in the spawned task, raced with the first connection).
 pub async fn run(
-    addr: SocketAddr,
+    listener: TcpListener,
     state: AppState,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServerError> {
@@ -41,13 +42,6 @@ pub async fn run(
     let service = RateLimitService::new(Arc::clone(&state.store), state.envoy.clone())
         .with_headers(state.runtime().header_sets.clone())
         .with_decider(state.decider.clone());
-    let listener = TcpListener::bind(addr)
-        .await
-        .map_err(|source| ServerError::Listen {
-            addr,
-            what: "envoy",
-            source,
-        })?;
     let limits = state.runtime().config.server.connections;
     let incoming = incoming(listener, conn::permits(&limits), limits.header_read_timeout);
     sluicegate_envoy::serve_incoming(incoming, service, limits.idle_timeout, shutdown)

@@ -68,6 +68,7 @@ async fn serve(
     crate::metrics::spawn_upkeep();
     let (state, dashboard, synced) = open_state(&config).await?;
     let api = bind(config.server.listen, "API").await?;
+    let envoy = bind_envoy(&config).await?;
     let gateway = match &config.gateway {
         Some(g) => Some((crate::gateway::Listeners::bind(g.listen)?, g.clone())),
         None => None,
@@ -96,10 +97,10 @@ async fn serve(
         let running = crate::gateway::start(listeners, state.clone(), stop_rx.clone()).await?;
         tasks.spawn(running);
     }
-    if let Some(addr) = config.envoy.as_ref().and_then(|envoy| envoy.listen) {
-        println!("  envoy grpc://{addr}");
+    if let Some(listener) = envoy {
+        println!("  envoy grpc://{}", local(&listener));
         tasks.spawn(crate::envoy::run(
-            addr,
+            listener,
             state.clone(),
             stopped(stop_rx.clone()),
         ));
@@ -230,6 +231,15 @@ async fn bind(addr: SocketAddr, what: &'static str) -> Result<TcpListener, Serve
     TcpListener::bind(addr)
         .await
         .map_err(|source| ServerError::Listen { addr, what, source })
+}
+
+/// The Envoy gRPC listener, when the config has one: bound before `ready` is printed, like
+/// the API's, so that a client connecting on `ready` is never refused.
+async fn bind_envoy(config: &Config) -> Result<Option<TcpListener>, ServerError> {
+    match config.envoy.as_ref().and_then(|envoy| envoy.listen) {
+        Some(addr) => Ok(Some(bind(addr, "envoy").await?)),
+        None => Ok(None),
+    }
 }
 
 fn local(listener: &TcpListener) -> String {
