@@ -49,6 +49,8 @@
 //! `max_keys` states, when the fullest shard fills (at about 95% of a million), and never
 //! after; offered exactly `max_keys` distinct keys, the store keeps about 99.4% of them.
 
+#[cfg(test)]
+mod fast_path_tests;
 mod fingerprint;
 mod keyed;
 mod persist;

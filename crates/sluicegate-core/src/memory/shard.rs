@@ -363,7 +363,7 @@ impl StoreShard {
     /// may have its own numbers) or has a bound in bytes (`max_memory`: a sliding log may
     /// grow, and the shard shed), the policy has a penalty, its table is not there yet or
     /// holds another version of it (a reload), or a new key needs room made first.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn check_one(&mut self, t: &Target<'_>, now: Micros, cost: u64) -> Option<Decision> {
         // No call after the table's check here, so the decision is not kept across one
         // (it was moved through the stack three times).
@@ -390,7 +390,7 @@ impl StoreShard {
     /// The one-pass check in `t`'s table; `room`: whether a new key may be inserted
     /// without making room first; `pinned`: the keys the sweep must keep, given the
     /// shard's overrides.
-    #[inline]
+    #[inline(always)]
     fn check_table(
         &mut self,
         t: &Target<'_>,

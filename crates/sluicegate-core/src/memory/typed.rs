@@ -131,7 +131,7 @@ impl<A: Algorithm + From<Quota>> TypedTable<A> {
     }
 
     /// [`AnyTable::check`] for this algorithm.
-    #[inline]
+    #[inline(always)]
     fn check<P: Fn(Fingerprint) -> bool>(
         &mut self,
         fp: Fingerprint,
@@ -231,8 +231,28 @@ impl AnyTable {
     /// what the sweep dropped (a small return value, not a tuple through memory); `None`,
     /// having changed nothing, when `fp` is new, must be inserted and there is no `room`
     /// (the caller makes room first, on the general path).
-    #[inline]
+    ///
+    /// gcra, the algorithm to choose when unsure (docs/choosing-an-algorithm.md), is
+    /// checked inline in the caller: its decision is built in registers and written
+    /// straight into the verdict, with no call, no arguments through memory and no
+    /// 64-byte copy of the decision out of a callee's frame. The other six share one
+    /// out-of-line dispatch (inlining all seven made the caller slower: third pass).
+    #[inline(always)]
     pub(crate) fn check<P: Fn(Fingerprint) -> bool>(
+        &mut self,
+        fp: Fingerprint,
+        c: OneCheck<P>,
+        count: &mut usize,
+    ) -> Option<Decision> {
+        match self {
+            AnyTable::Gcra(t) => t.check(fp, c, count),
+            _ => self.check_other(fp, c, count),
+        }
+    }
+
+    /// [`AnyTable::check`] for the algorithms other than gcra.
+    #[inline(never)]
+    fn check_other<P: Fn(Fingerprint) -> bool>(
         &mut self,
         fp: Fingerprint,
         c: OneCheck<P>,
