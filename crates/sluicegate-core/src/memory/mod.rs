@@ -303,10 +303,12 @@ impl<C: Clock> MemoryStore<C> {
             numbers: None,
         };
         let mut shard = self.shards[self.shard_of(fp)].lock();
-        match shard.check_one(&target, now, cost) {
-            Some(decision) => decision,
-            None => shard.decide_general(target, now, cost),
+        let mut declined = false;
+        let mut decision = shard.check_one(&target, now, cost, &mut declined);
+        if declined {
+            decision = shard.decide_general(target, now, cost);
         }
+        decision
     }
 
     /// The all-or-nothing step over validated items (each policy at most once): lock the

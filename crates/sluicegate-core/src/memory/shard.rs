@@ -364,14 +364,21 @@ impl StoreShard {
     /// grow, and the shard shed), the policy has a penalty, its table is not there yet or
     /// holds another version of it (a reload), or a new key needs room made first.
     #[inline(always)]
-    pub(crate) fn check_one(&mut self, t: &Target<'_>, now: Micros, cost: u64) -> Option<Decision> {
+    pub(crate) fn check_one(
+        &mut self,
+        t: &Target<'_>,
+        now: Micros,
+        cost: u64,
+        declined: &mut bool,
+    ) -> Decision {
         // No call after the table's check here, so the decision is not kept across one
         // (it was moved through the stack three times).
         if self.any_override || self.byte_cap != usize::MAX {
-            return None;
+            *declined = true;
+            return Decision::default();
         }
         // No overrides in the shard: the sweep has no key to keep.
-        self.check_table(t, now, cost, self.count < self.cap, |_, _| false)
+        self.check_table(t, now, cost, self.count < self.cap, |_, _| false, declined)
     }
 
     /// [`StoreShard::check_one`] once the key's numbers are known (`t.numbers`), in a
@@ -379,7 +386,11 @@ impl StoreShard {
     fn check_resolved(&mut self, t: &Target<'_>, now: Micros, cost: u64) -> Option<Decision> {
         let room = self.count < self.cap && !self.over_budget();
         let pinned = |overrides: &Overrides, fp| overrides.contains_key(&fp);
-        let decision = self.check_table(t, now, cost, room, pinned)?;
+        let mut declined = false;
+        let decision = self.check_table(t, now, cost, room, pinned, &mut declined);
+        if declined {
+            return None;
+        }
         if self.byte_cap != usize::MAX && decision.allowed && cost > 0 {
             // A sliding log may have grown.
             self.shed_after_check(t, now);
@@ -398,14 +409,19 @@ impl StoreShard {
         cost: u64,
         room: bool,
         pinned: impl Fn(&Overrides, Fingerprint) -> bool,
-    ) -> Option<Decision> {
-        if t.numbers.is_some() || t.policy.penalty() != 0 {
-            return None;
-        }
-        let held = self.tables.get_mut(t.r.index)?.as_mut()?;
-        if held.id != t.r.id {
-            return None;
-        }
+        declined: &mut bool,
+    ) -> Decision {
+        let held = match self.tables.get_mut(t.r.index) {
+            Some(Some(held))
+                if held.id == t.r.id && t.numbers.is_none() && t.policy.penalty() == 0 =>
+            {
+                held
+            }
+            _ => {
+                *declined = true;
+                return Decision::default();
+            }
+        };
         let overrides = &self.overrides;
         let check = OneCheck {
             now,
@@ -414,7 +430,7 @@ impl StoreShard {
             room,
             pinned: |fp| pinned(overrides, fp),
         };
-        held.table.check(t.fp, check, &mut self.count)
+        held.table.check(t.fp, check, &mut self.count, declined)
     }
 
     /// [`StoreShard::shed`] after a one-policy check, out of the hot path.

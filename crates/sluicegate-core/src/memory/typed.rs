@@ -137,7 +137,8 @@ impl<A: Algorithm + From<Quota>> TypedTable<A> {
         fp: Fingerprint,
         c: OneCheck<P>,
         count: &mut usize,
-    ) -> Option<Decision> {
+        declined: &mut bool,
+    ) -> Decision {
         let alg = &self.alg;
         let OneCheck {
             now,
@@ -163,7 +164,10 @@ impl<A: Algorithm + From<Quota>> TypedTable<A> {
                     *count += 1;
                     self.raw.insert(fp)
                 }
-                None => return None,
+                None => {
+                    *declined = true;
+                    return decision;
+                }
             };
             self.raw.update(i, |state| alg.consume(state, now, cost));
             self.raw
@@ -172,7 +176,7 @@ impl<A: Algorithm + From<Quota>> TypedTable<A> {
         *count -= self
             .raw
             .sweep(now, super::shard::SWEEP_STEPS, |s| alg.idle_at(s), &pinned);
-        Some(decision)
+        decision
     }
 }
 
@@ -243,10 +247,11 @@ impl AnyTable {
         fp: Fingerprint,
         c: OneCheck<P>,
         count: &mut usize,
-    ) -> Option<Decision> {
+        declined: &mut bool,
+    ) -> Decision {
         match self {
-            AnyTable::Gcra(t) => t.check(fp, c, count),
-            _ => self.check_other(fp, c, count),
+            AnyTable::Gcra(t) => t.check(fp, c, count, declined),
+            _ => self.check_other(fp, c, count, declined),
         }
     }
 
@@ -257,8 +262,9 @@ impl AnyTable {
         fp: Fingerprint,
         c: OneCheck<P>,
         count: &mut usize,
-    ) -> Option<Decision> {
-        each_table!(self, |t| t.check(fp, c, count))
+        declined: &mut bool,
+    ) -> Decision {
+        each_table!(self, |t| t.check(fp, c, count, declined))
     }
 }
 
