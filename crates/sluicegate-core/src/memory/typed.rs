@@ -251,19 +251,36 @@ impl AnyTable {
     ) -> Decision {
         match self {
             AnyTable::Gcra(t) => t.check(fp, c, count, declined),
-            _ => self.check_other(fp, c, count, declined),
+            // The check's fields one by one: a `OneCheck` passed whole was built in memory
+            // before the branch, on gcra's path too.
+            _ => self.check_other(
+                fp,
+                (c.now, c.cost, c.max_delay, c.room),
+                c.pinned,
+                count,
+                declined,
+            ),
         }
     }
 
-    /// [`AnyTable::check`] for the algorithms other than gcra.
+    /// [`AnyTable::check`] for the algorithms other than gcra; `(now, cost, max_delay,
+    /// room)` and `pinned` are a [`OneCheck`]'s fields.
     #[inline(never)]
     fn check_other<P: Fn(Fingerprint) -> bool>(
         &mut self,
         fp: Fingerprint,
-        c: OneCheck<P>,
+        (now, cost, max_delay, room): (Micros, u64, Option<Micros>, bool),
+        pinned: P,
         count: &mut usize,
         declined: &mut bool,
     ) -> Decision {
+        let c = OneCheck {
+            now,
+            cost,
+            max_delay,
+            room,
+            pinned,
+        };
         each_table!(self, |t| t.check(fp, c, count, declined))
     }
 }
