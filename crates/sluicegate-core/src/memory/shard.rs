@@ -114,9 +114,10 @@ pub(crate) struct StoreShard {
     cap: usize,
     /// This shard's share of `max_memory`, bytes (`usize::MAX`: no bound in bytes).
     byte_cap: usize,
-    /// Whether `overrides` holds anything (kept with it): the one-policy check's test,
-    /// on the first line, where the map's own length is not.
-    any_override: bool,
+    /// Whether a one-policy check must take the general steps whatever its policy: the
+    /// shard holds overrides (kept with `overrides`) or has a bound in bytes. One flag on
+    /// the first line, tested once (the map's own length is not on that line).
+    general: bool,
     tables: Vec<Option<TableCell>>,
     /// Only keys some policy with a `penalty` denied; at most `cap` of them.
     penalties: Penalties,
@@ -139,7 +140,7 @@ impl StoreShard {
             count: 0,
             cap: cap.max(1),
             byte_cap,
-            any_override: false,
+            general: byte_cap != usize::MAX,
             penalties: Penalties::default(),
             overrides: Overrides::default(),
         }
@@ -164,6 +165,11 @@ impl StoreShard {
         let penalty = std::mem::size_of::<((usize, u64, Fingerprint), Micros)>() + 1;
         let tables: usize = self.tables.iter().flatten().map(|t| t.table.bytes()).sum();
         tables + self.penalties.capacity() * penalty
+    }
+
+    /// Keeps `general` after `overrides` changed.
+    fn note_overrides(&mut self) {
+        self.general = !self.overrides.is_empty() || self.byte_cap != usize::MAX;
     }
 
     #[inline]
@@ -251,7 +257,7 @@ impl StoreShard {
             list.swap_remove(at);
             if list.is_empty() {
                 self.overrides.remove(&t.fp);
-                self.any_override = !self.overrides.is_empty();
+                self.note_overrides();
             }
         }
         self.carry_key(t, written.as_deref(), numbers.as_deref(), now);
@@ -312,7 +318,7 @@ impl StoreShard {
         if list.is_empty() {
             self.overrides.remove(&t.fp);
         }
-        self.any_override = !self.overrides.is_empty();
+        self.note_overrides();
         true
     }
 
@@ -358,8 +364,9 @@ impl StoreShard {
 
     /// One policy's whole decision in one pass, when nothing but its table is involved:
     /// evaluate, consume if admitted (one probe of the key's cells), then the table's
-    /// sweep steps. `None`, having changed nothing, when the general path
-    /// ([`StoreShard::decide_general`]) must decide: the shard holds overrides (the key
+    /// sweep steps. Sets `declined`, having changed nothing (the decision returned is then
+    /// meaningless), when the general path ([`StoreShard::decide_general`]) must decide:
+    /// the shard holds overrides (the key
     /// may have its own numbers) or has a bound in bytes (`max_memory`: a sliding log may
     /// grow, and the shard shed), the policy has a penalty, its table is not there yet or
     /// holds another version of it (a reload), or a new key needs room made first.
@@ -372,8 +379,10 @@ impl StoreShard {
         declined: &mut bool,
     ) -> Decision {
         // No call after the table's check here, so the decision is not kept across one
-        // (it was moved through the stack three times).
-        if self.any_override || self.byte_cap != usize::MAX {
+        // (it was moved through the stack three times). The decision is returned by value,
+        // not as an `Option`, and the caller assigns the general path's over it: one
+        // 64-byte copy fewer between the table and the verdict.
+        if self.general {
             *declined = true;
             return Decision::default();
         }
@@ -398,9 +407,9 @@ impl StoreShard {
         Some(decision)
     }
 
-    /// The one-pass check in `t`'s table; `room`: whether a new key may be inserted
-    /// without making room first; `pinned`: the keys the sweep must keep, given the
-    /// shard's overrides.
+    /// The one-pass check in `t`'s table (`declined` as for [`StoreShard::check_one`]);
+    /// `room`: whether a new key may be inserted without making room first; `pinned`: the
+    /// keys the sweep must keep, given the shard's overrides.
     #[inline(always)]
     fn check_table(
         &mut self,
@@ -690,7 +699,7 @@ impl StoreShard {
             effective: None,
             written,
         });
-        self.any_override = true;
+        self.general = true;
     }
 
     /// Restores one state from a snapshot (see [`PolicyTable::load_entry`](super::typed::PolicyTable::load_entry)); `None` when
