@@ -95,6 +95,17 @@ impl LaneBody {
     }
 }
 
+impl LaneBody {
+    /// The whole body, when it came with the head (its connection already given back);
+    /// else the body, still streaming.
+    pub fn into_whole(self) -> Result<Option<Bytes>, LaneBody> {
+        match self.state {
+            State::Whole(whole) => Ok(whole),
+            state => Err(LaneBody { state }),
+        }
+    }
+}
+
 impl http_body::Body for LaneBody {
     type Data = Bytes;
     type Error = LaneError;
