@@ -154,7 +154,7 @@ fn pass_on(
         Option<sluicegate_middleware::PoolPermit>,
     ),
 ) -> Option<h1::Tail<Body>> {
-    let (mut parts, body) = response.into_parts();
+    let (mut parts, mut body) = response.into_parts();
     let tap = super::response_head(&mut parts, decision);
     // What hyper's dispatcher reads off the body before it writes the head.
     let length = if body.is_end_stream() {
@@ -166,16 +166,13 @@ fn pass_on(
     };
     let framing = h1::write_proxied_head(out, parts.status, &parts.headers, length);
     let unheld = held.0.is_none() && held.1.is_none() && tap.is_none();
-    let body = if unheld { body.into_whole() } else { Err(body) };
-    let body = match body {
-        Ok(whole) => {
-            if let (Some(whole), Some(_)) = (whole, framing) {
-                out.extend_from_slice(&whole);
-            }
-            return None;
+    if let Some(whole) = unheld.then(|| body.take_whole()).flatten() {
+        if let (Some(whole), Some(_)) = (whole, framing) {
+            out.extend_from_slice(&whole);
         }
-        Err(streaming) => super::holding(Body::new(streaming), held, tap),
-    };
+        return None;
+    }
+    let body = super::holding(Body::new(body), held, tap);
     match framing {
         Some(chunked) if length != h1::BodyLength::Ended => Some(h1::Tail { body, chunked }),
         // Ended, or a status without a body: hyper drops it unpolled, and so does this.
@@ -259,7 +256,10 @@ fn write_upstream_head(out: &mut Vec<u8>, head: &h1::Head<'_>, upstream: &Uri, p
         entries: Vec::with_capacity(fields.len() + 4),
     };
     for (i, field) in fields.iter().enumerate() {
-        if !fields[..i].iter().any(|f| f.name.eq_ignore_ascii_case(field.name)) {
+        if !fields[..i]
+            .iter()
+            .any(|f| f.name.eq_ignore_ascii_case(field.name))
+        {
             map.entries.push(Entry::Client(i));
         }
     }

@@ -3,6 +3,8 @@
 
 use std::future::Future;
 use std::net::SocketAddr;
+use std::pin::Pin;
+use std::task::Poll;
 
 use bytes::{Buf, Bytes, BytesMut};
 use http_body::Body;
@@ -13,6 +15,10 @@ use super::rewind::Rewind;
 
 /// The most body bytes buffered for one request, whatever the handler accepts.
 const MAX_BODY: u64 = 1 << 20;
+
+/// The most output held before it is written while a tail streams: the bound on what a
+/// client that reads slowly costs in memory, beyond the socket's own buffers.
+const TAIL_BUFFER: usize = 64 * 1024;
 
 /// The first buffer of a connection: a head and a small body, read at once.
 const BUFFER: usize = 8 * 1024;
@@ -169,6 +175,20 @@ pub async fn drive<I, H, G, F, Fut>(
     }
 }
 
+/// The next frame of `body` as what the driver writes: `Some(Ok(Some(data)))` for data,
+/// `Some(Ok(None))` for a frame with nothing to write, `Some(Err(()))` for a failed body.
+fn poll_data<B: Body<Data = Bytes> + Unpin>(
+    body: &mut B,
+    cx: &mut std::task::Context<'_>,
+) -> Poll<Option<Result<Option<Bytes>, ()>>> {
+    Pin::new(body).poll_frame(cx).map(|frame| {
+        frame.map(|frame| match frame {
+            Ok(frame) => Ok(frame.into_data().ok().filter(|data| !data.is_empty())),
+            Err(_) => Err(()),
+        })
+    })
+}
+
 /// Appends a chunk's size line: upper-case hex, as hyper writes it.
 fn chunk_size(out: &mut Vec<u8>, len: usize) {
     const HEX: &[u8; 16] = b"0123456789ABCDEF";
@@ -266,40 +286,53 @@ impl<I: AsyncRead + AsyncWrite + Unpin, G> Conn<I, G> {
     }
 
     /// Writes the pending output, then `tail`'s frames; the request's guard is kept until
-    /// the last is written. `false` if the socket or the body failed (the connection is
-    /// then closed).
+    /// the last is written. As hyper does, what the body has ready goes into the output
+    /// with the head, and the output is written when the body has nothing ready (or holds
+    /// [`TAIL_BUFFER`] bytes): a body that fails before anything was written leaves the
+    /// client with nothing, not a head without its body. `false` if the socket or the body
+    /// failed (the connection is then closed).
     async fn stream<B: Body<Data = Bytes> + Unpin>(&mut self, mut tail: Tail<B>) -> bool {
         let guards = std::mem::take(&mut self.guards);
-        if !self.flush().await {
-            return false;
-        }
         loop {
-            let frame = std::future::poll_fn(|cx| std::pin::Pin::new(&mut tail.body).poll_frame(cx));
-            let data = match frame.await {
-                None => break,
-                Some(Err(_)) => return false,
-                Some(Ok(frame)) => match frame.into_data() {
-                    Ok(data) if !data.is_empty() => data,
-                    // Trailers, or an empty frame (which a chunk could not carry).
-                    _ => continue,
-                },
+            let ready = std::future::poll_fn(|cx| {
+                Poll::Ready(match poll_data(&mut tail.body, cx) {
+                    Poll::Ready(frame) => Some(frame),
+                    Poll::Pending => None,
+                })
+            });
+            let frame = match ready.await {
+                Some(frame) => frame,
+                None => {
+                    if !self.flush().await {
+                        return false;
+                    }
+                    std::future::poll_fn(|cx| poll_data(&mut tail.body, cx)).await
+                }
             };
-            let written = if tail.chunked {
+            let data = match frame {
+                None => break,
+                Some(Err(())) => return false,
+                Some(Ok(Some(data))) => data,
+                // Trailers, or an empty frame (which a chunk could not carry).
+                Some(Ok(None)) => continue,
+            };
+            if tail.chunked {
                 chunk_size(&mut self.out, data.len());
                 self.out.extend_from_slice(&data);
                 self.out.extend_from_slice(b"\r\n");
-                self.flush().await
             } else {
-                self.io.write_all(&data).await.is_ok()
-            };
-            if !written {
+                self.out.extend_from_slice(&data);
+            }
+            if self.out.len() >= TAIL_BUFFER && !self.flush().await {
                 return false;
             }
         }
         if tail.chunked {
             self.out.extend_from_slice(b"0\r\n\r\n");
         }
-        let done = self.flush().await && self.io.flush().await.is_ok();
+        let done = self.flush().await;
+        // A large body's frames grew the output buffer: not kept for the connection's life.
+        self.out.shrink_to(BUFFER);
         drop(guards);
         done
     }

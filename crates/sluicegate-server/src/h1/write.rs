@@ -154,7 +154,10 @@ mod tests {
         headers.append(header::CONTENT_LENGTH, "2".parse().unwrap());
         headers.append("x-a", "1".parse().unwrap());
         headers.append(header::CONTENT_LENGTH, "2".parse().unwrap());
-        headers.append(header::DATE, "Tue, 01 Dec 2026 00:00:00 GMT".parse().unwrap());
+        headers.append(
+            header::DATE,
+            "Tue, 01 Dec 2026 00:00:00 GMT".parse().unwrap(),
+        );
         let head = |headers: &HeaderMap, status: u16, length| {
             let mut out = Vec::new();
             let status = StatusCode::from_u16(status).unwrap();
@@ -164,21 +167,33 @@ mod tests {
         let date = "date: Tue, 01 Dec 2026 00:00:00 GMT\r\n";
         assert_eq!(
             head(&headers, 200, BodyLength::Known(2)),
-            (format!("HTTP/1.1 200 OK\r\ncontent-length: 2\r\nx-a: 1\r\n{date}\r\n"), Some(false))
+            (
+                format!("HTTP/1.1 200 OK\r\ncontent-length: 2\r\nx-a: 1\r\n{date}\r\n"),
+                Some(false)
+            )
         );
         assert_eq!(
             head(&headers, 200, BodyLength::Ended),
-            (format!("HTTP/1.1 200 OK\r\nx-a: 1\r\n{date}content-length: 0\r\n\r\n"), Some(false))
+            (
+                format!("HTTP/1.1 200 OK\r\nx-a: 1\r\n{date}content-length: 0\r\n\r\n"),
+                Some(false)
+            )
         );
         assert_eq!(
             head(&headers, 304, BodyLength::Ended),
-            (format!("HTTP/1.1 304 Not Modified\r\nx-a: 1\r\n{date}\r\n"), None)
+            (
+                format!("HTTP/1.1 304 Not Modified\r\nx-a: 1\r\n{date}\r\n"),
+                None
+            )
         );
         // The map's removal moves its last entry into the removed one's place.
         headers.remove(header::CONTENT_LENGTH);
         assert_eq!(
             head(&headers, 200, BodyLength::Unknown),
-            (format!("HTTP/1.1 200 OK\r\n{date}x-a: 1\r\ntransfer-encoding: chunked\r\n\r\n"), Some(true))
+            (
+                format!("HTTP/1.1 200 OK\r\n{date}x-a: 1\r\ntransfer-encoding: chunked\r\n\r\n"),
+                Some(true)
+            )
         );
     }
 

@@ -96,12 +96,12 @@ impl LaneBody {
 }
 
 impl LaneBody {
-    /// The whole body, when it came with the head (its connection already given back);
-    /// else the body, still streaming.
-    pub fn into_whole(self) -> Result<Option<Bytes>, LaneBody> {
-        match self.state {
-            State::Whole(whole) => Ok(whole),
-            state => Err(LaneBody { state }),
+    /// The whole body, taken out, when it came with the head (its connection already given
+    /// back; `Some(None)`: empty); `None` while it is still streaming.
+    pub fn take_whole(&mut self) -> Option<Option<Bytes>> {
+        match &mut self.state {
+            State::Whole(whole) => Some(whole.take()),
+            State::Streaming(_) => None,
         }
     }
 }
