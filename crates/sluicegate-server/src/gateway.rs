@@ -13,6 +13,10 @@
 //! gateway serves TLS, `crate::tls`); every request, every HTTP/2 stream, is decided on its
 //! own. The upstream is `http://` or `https://` (HTTP/1.1, rustls). Upgrades (WebSocket)
 //! are decided at the handshake and then tunnelled ([`crate::tunnel`]).
+//!
+//! A plain HTTP/1.1 `GET` to an `http://` upstream is answered on the lean front instead
+//! (`gateway/lean.rs`, on [`crate::h1`]): the same steps and the same bytes, without hyper's
+//! server `Request`/`Response` or the upstream request's `HeaderMap`.
 
 mod lean;
 
