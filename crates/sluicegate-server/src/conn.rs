@@ -20,7 +20,8 @@
 //! wait in the kernel's backlog instead of costing a task and a file descriptor each. The
 //! slot belongs to the socket: a connection upgraded to a tunnel (WebSocket) keeps it.
 //!
-//! A listener with a lean path ([`serve_with`], the API's) runs each connection through
+//! A listener with a lean path ([`serve_with`]: the API's, and the gateway's without TLS)
+//! runs each connection through
 //! [`h1::drive`] first: plain requests its handler takes are answered from the socket's
 //! bytes, reported to the watchdog as requests in progress like hyper's, and the connection
 //! goes to hyper (below) at the first other request. A graceful shutdown closes a lean

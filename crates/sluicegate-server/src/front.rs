@@ -127,13 +127,20 @@ where
 /// The lean path of the API listener: a plain `POST /v1/check` with its body within the
 /// 64 KiB bound (a larger one is hyper's, which answers 413 as before).
 impl h1::Handler for Front {
+    /// Every answer is whole: no tail.
+    type Body = http_body_util::Empty<Bytes>;
+
     fn accepts(&self, head: &h1::Head<'_>) -> bool {
         head.method() == "POST"
             && head.path() == "/v1/check"
             && head.content_length() <= api::MAX_BODY as u64
     }
 
-    async fn answer<'a>(&'a self, request: h1::Request<'a>, out: &'a mut Vec<u8>) {
+    async fn answer<'a>(
+        &'a self,
+        request: h1::Request<'a>,
+        out: &'a mut Vec<u8>,
+    ) -> Option<h1::Tail<Self::Body>> {
         // The steps of `checked`, in its order, on the request's bytes.
         let runtime = self.state.current();
         let head = request.head;
@@ -151,6 +158,7 @@ impl h1::Handler for Front {
             Ok(Answered::Full(response)) => write_full(out, response).await,
             Err(e) => write_full(out, e.into_response()).await,
         }
+        None
     }
 }
 
@@ -176,7 +184,7 @@ fn write_plain(
 
 /// Any other answer (an error, a batch, an answer with a lease or reservation), written
 /// from its response. Their bodies are whole (`Full`): collecting one does not wait.
-async fn write_full(out: &mut Vec<u8>, response: Response) {
+pub(crate) async fn write_full(out: &mut Vec<u8>, response: Response) {
     let (parts, body) = response.into_parts();
     match axum::body::to_bytes(body, usize::MAX).await {
         Ok(body) => h1::write_response(out, parts.status, &parts.headers, &body),

@@ -13,6 +13,12 @@
 //! gateway serves TLS, `crate::tls`); every request, every HTTP/2 stream, is decided on its
 //! own. The upstream is `http://` or `https://` (HTTP/1.1, rustls). Upgrades (WebSocket)
 //! are decided at the handshake and then tunnelled ([`crate::tunnel`]).
+//!
+//! A plain HTTP/1.1 `GET` to an `http://` upstream is answered on the lean front instead
+//! (`gateway/lean.rs`, on [`crate::h1`]): the same steps and the same bytes, without hyper's
+//! server `Request`/`Response` or the upstream request's `HeaderMap`.
+
+mod lean;
 
 use crate::error::ServerError;
 use std::future::Future;
@@ -238,7 +244,13 @@ async fn worker(
     let upstream = Arc::new(Upstream::new(runtime.config.gateway.as_ref()));
     drop(runtime);
     let app = Gateway(Arc::new(Worker { state, upstream }));
-    crate::conn::serve(listener, app, limits, permits, tls, stop).await
+    // Plain HTTP/1.1 requests are answered on the lean front (`lean.rs`); over TLS, hyper
+    // answers all (the TLS handshake and ALPN are its, and `X-Forwarded-Proto` says https).
+    let front = crate::conn::Handlers {
+        lean: tls.is_none().then(|| app.clone()),
+        app,
+    };
+    crate::conn::serve_with(listener, front, limits, permits, tls, stop).await
 }
 
 impl crate::conn::App for Gateway {
@@ -354,25 +366,38 @@ fn pass_on(
     mut parts: http::response::Parts,
     body: Body,
     decision: Option<&RateLimitDecision>,
-    (guard, permit): (Option<LeaseGuard>, Option<PoolPermit>),
+    held: (Option<LeaseGuard>, Option<PoolPermit>),
 ) -> Response {
+    let tap = response_head(&mut parts, decision);
+    Response::from_parts(parts, holding(body, held, tap))
+}
+
+/// The upstream's response head as the client gets it: hop-by-hop headers removed, the
+/// rate-limit headers added, the route's `settle` and `count` applied from the head; the
+/// tap that reads the body's usage as it passes, if the route settles from the body.
+fn response_head(
+    parts: &mut http::response::Parts,
+    decision: Option<&RateLimitDecision>,
+) -> Option<sluicegate_middleware::UsageTap> {
     strip_hop_by_hop(&mut parts.headers);
-    let mut tap = None;
-    if let Some(decision) = decision {
-        decision.write_headers(&mut parts.headers);
-        // The route's `settle` and `count`: from the head now, or from the body as it passes.
-        tap = decision
-            .after_response()
-            .and_then(|(settler, after)| settler.on_head(&after, parts.status, &mut parts.headers));
-    }
+    let decision = decision?;
+    decision.write_headers(&mut parts.headers);
+    decision
+        .after_response()
+        .and_then(|(settler, after)| settler.on_head(&after, parts.status, &mut parts.headers))
+}
+
+/// `body`, holding what the request was admitted with until it ends (or is dropped).
+fn holding(
+    body: Body,
+    (guard, permit): (Option<LeaseGuard>, Option<PoolPermit>),
+    tap: Option<sluicegate_middleware::UsageTap>,
+) -> Body {
     if guard.is_none() && permit.is_none() && tap.is_none() {
         // Nothing to release when the body ends: no wrapper to poll through.
-        return Response::from_parts(parts, body);
+        return body;
     }
-    Response::from_parts(
-        parts,
-        Body::new(LeaseBody::new(PermitBody::new(body, permit), guard).with_tap(tap)),
-    )
+    Body::new(LeaseBody::new(PermitBody::new(body, permit), guard).with_tap(tap))
 }
 
 /// What an admitted request holds until its response body ends or is dropped (the client

@@ -35,6 +35,10 @@ pub use chunked::{Chunked, Decoded};
 pub use head::{Framing, Parsed as ParsedHead, Response as ResponseHead};
 pub use head::{decode as decode_head, parse as parse_head};
 
+/// The head hyper's client path writes for `parts` (the lean front's tests compare theirs).
+#[cfg(test)]
+pub(crate) use head::write_request as write_request_for_test;
+
 /// The largest response head the lane reads (status line and fields), like hyper's bound.
 pub const MAX_HEAD: usize = 64 * 1024;
 
@@ -79,6 +83,37 @@ impl LaneError {
             ),
             _ => false,
         }
+    }
+}
+
+/// A request the lane sends: `http` parts written as a head here, or a head already
+/// written as bytes (the gateway's lean front writes it from the client's field lines).
+#[derive(Debug, Clone, Copy)]
+pub enum Request<'a> {
+    /// Parts to write (a request without a body).
+    Parts(&'a Parts),
+    /// A whole request head of a `GET` (no body).
+    Get(&'a [u8]),
+}
+
+impl Request<'_> {
+    /// Whether sending it twice is harmless (a retry after a closed kept-alive connection).
+    pub fn is_idempotent(&self) -> bool {
+        match self {
+            Request::Parts(parts) => parts.method.is_idempotent(),
+            Request::Get(_) => true,
+        }
+    }
+
+    fn write(&self, out: &mut Vec<u8>) {
+        match self {
+            Request::Parts(parts) => head::write_request(out, parts),
+            Request::Get(head) => out.extend_from_slice(head),
+        }
+    }
+
+    fn is_head(&self) -> bool {
+        matches!(self, Request::Parts(parts) if parts.method == http::Method::HEAD)
     }
 }
 
@@ -145,7 +180,7 @@ impl Conn {
     /// connection: an answer may still come on it).
     pub async fn exchange(
         &mut self,
-        request: &Parts,
+        request: Request<'_>,
         deadline: tokio::time::Instant,
     ) -> Result<(http::response::Parts, Framing), LaneError> {
         let mut timer = match self.timer.take() {
@@ -167,13 +202,13 @@ impl Conn {
     /// [`Conn::exchange`] without its deadline.
     async fn exchange_untimed(
         &mut self,
-        request: &Parts,
+        request: Request<'_>,
     ) -> Result<(http::response::Parts, Framing), LaneError> {
         self.write.clear();
         self.keep_alive = true;
-        head::write_request(&mut self.write, request);
+        request.write(&mut self.write);
         self.stream.write_all(&self.write).await?;
-        let head_request = request.method == http::Method::HEAD;
+        let head_request = request.is_head();
         loop {
             let parsed = self.read_head().await?;
             match head::build(self, parsed, head_request)? {

@@ -191,7 +191,7 @@ impl Upstream {
         if lean {
             let (parts, _) = request.into_parts();
             return self
-                .send_lane(config, &parts, deadline)
+                .send_lane(config, crate::lane::Request::Parts(&parts), deadline)
                 .await
                 .map(Sent::Lane);
         }
@@ -208,10 +208,10 @@ impl Upstream {
     /// The lean lane: the warmest idle lane connection, or a new one; a request that a
     /// kept-alive connection's upstream closed on without answering is sent again on a new
     /// one, once, when its method is idempotent. All of it by `deadline`.
-    async fn send_lane(
+    pub async fn send_lane(
         self: &Arc<Self>,
         config: &GatewayConfig,
-        request: &http::request::Parts,
+        request: crate::lane::Request<'_>,
         deadline: tokio::time::Instant,
     ) -> Result<http::Response<LaneBody>, UpstreamError> {
         let (idle, generation) = self.checkout_conn(config);
@@ -223,7 +223,7 @@ impl Upstream {
             None => Box::pin(self.connect_conn(config, deadline)).await?,
         };
         let answer = match conn.exchange(request, deadline).await {
-            Err(e) if reused && e.nothing_received() && request.method.is_idempotent() => {
+            Err(e) if reused && e.nothing_received() && request.is_idempotent() => {
                 conn = Box::pin(self.connect_conn(config, deadline)).await?;
                 conn.exchange(request, deadline).await
             }

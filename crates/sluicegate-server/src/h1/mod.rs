@@ -33,8 +33,8 @@ mod head;
 mod rewind;
 mod write;
 
-pub use drive::{Handler, Never, Request, drive};
+pub use drive::{Handler, Never, Request, Tail, drive};
 pub use head::{Head, MAX_FIELDS, MAX_HEAD, Parsed, parse};
 pub use httparse::{EMPTY_HEADER, Header};
 pub use rewind::Rewind;
-pub use write::{date, write_response, write_status};
+pub use write::{BodyLength, date, write_proxied_head, write_response, write_status};

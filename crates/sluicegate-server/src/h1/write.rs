@@ -44,6 +44,78 @@ pub fn write_response(out: &mut Vec<u8>, status: StatusCode, headers: &HeaderMap
     out.extend_from_slice(body);
 }
 
+/// What hyper's server knows of a response body when it writes the head (from the body's
+/// `is_end_stream` and `size_hint`): that decides the framing fields it adds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BodyLength {
+    /// Ended before the head is written (hyper then never polls it).
+    Ended,
+    /// Exactly this many bytes.
+    Known(u64),
+    /// Not known: chunked, where the status allows a body.
+    Unknown,
+}
+
+/// Appends the head hyper's server writes for a response to a `GET` with `status`,
+/// `headers` and a body of `length` (its encoder, `proto/h1/role.rs`, for lower-case
+/// names): the fields in the map's order, the first `content-length` only (none for an
+/// ended body, which gets an implied `content-length: 0` after the fields instead),
+/// `content-length` or `transfer-encoding: chunked` after them when the map sets no length,
+/// `date` last unless the map has one. For maps without `transfer-encoding`, `connection`
+/// or `trailer` (the gateway strips them as hop-by-hop). Returns how the body is written:
+/// `None` when the status forbids one, else `Some(chunked)`.
+pub fn write_proxied_head(
+    out: &mut Vec<u8>,
+    status: StatusCode,
+    headers: &HeaderMap,
+    length: BodyLength,
+) -> Option<bool> {
+    write_status(out, status);
+    let (mut wrote_len, mut wrote_date) = (false, false);
+    let mut previous: Option<&http::HeaderName> = None;
+    for (name, value) in headers {
+        let first_of_name = previous != Some(name);
+        previous = Some(name);
+        if name == header::CONTENT_LENGTH {
+            // An ended body: hyper skips the field and implies the length below.
+            if length == BodyLength::Ended || !first_of_name {
+                continue;
+            }
+            wrote_len = true;
+        } else if name == header::DATE {
+            wrote_date = true;
+        }
+        out.extend_from_slice(name.as_str().as_bytes());
+        out.extend_from_slice(b": ");
+        out.extend_from_slice(value.as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
+    // 1xx, 204 and 304 carry neither a body nor a length (hyper's `can_have_body`).
+    let bodyless = status.is_informational()
+        || status == StatusCode::NO_CONTENT
+        || status == StatusCode::NOT_MODIFIED;
+    let mut chunked = false;
+    if !wrote_len && !bodyless {
+        match length {
+            BodyLength::Unknown => {
+                out.extend_from_slice(b"transfer-encoding: chunked\r\n");
+                chunked = true;
+            }
+            BodyLength::Ended => out.extend_from_slice(b"content-length: 0\r\n"),
+            BodyLength::Known(len) => {
+                out.extend_from_slice(b"content-length: ");
+                out.extend_from_slice(itoa::Buffer::new().format(len).as_bytes());
+                out.extend_from_slice(b"\r\n");
+            }
+        }
+    }
+    if !wrote_date {
+        date(out);
+    }
+    out.extend_from_slice(b"\r\n");
+    (!bodyless).then_some(chunked)
+}
+
 /// The length of an IMF-fixdate (`Wed, 02 Dec 2026 01:15:47 GMT`).
 const DATE_LEN: usize = 29;
 
@@ -75,6 +147,55 @@ pub fn date(out: &mut Vec<u8>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn proxied_heads_as_hyper_writes_them() {
+        let mut headers = HeaderMap::new();
+        headers.append(header::CONTENT_LENGTH, "2".parse().unwrap());
+        headers.append("x-a", "1".parse().unwrap());
+        headers.append(header::CONTENT_LENGTH, "2".parse().unwrap());
+        headers.append(
+            header::DATE,
+            "Tue, 01 Dec 2026 00:00:00 GMT".parse().unwrap(),
+        );
+        let head = |headers: &HeaderMap, status: u16, length| {
+            let mut out = Vec::new();
+            let status = StatusCode::from_u16(status).unwrap();
+            let framing = write_proxied_head(&mut out, status, headers, length);
+            (String::from_utf8(out).unwrap(), framing)
+        };
+        let date = "date: Tue, 01 Dec 2026 00:00:00 GMT\r\n";
+        assert_eq!(
+            head(&headers, 200, BodyLength::Known(2)),
+            (
+                format!("HTTP/1.1 200 OK\r\ncontent-length: 2\r\nx-a: 1\r\n{date}\r\n"),
+                Some(false)
+            )
+        );
+        assert_eq!(
+            head(&headers, 200, BodyLength::Ended),
+            (
+                format!("HTTP/1.1 200 OK\r\nx-a: 1\r\n{date}content-length: 0\r\n\r\n"),
+                Some(false)
+            )
+        );
+        assert_eq!(
+            head(&headers, 304, BodyLength::Ended),
+            (
+                format!("HTTP/1.1 304 Not Modified\r\nx-a: 1\r\n{date}\r\n"),
+                None
+            )
+        );
+        // The map's removal moves its last entry into the removed one's place.
+        headers.remove(header::CONTENT_LENGTH);
+        assert_eq!(
+            head(&headers, 200, BodyLength::Unknown),
+            (
+                format!("HTTP/1.1 200 OK\r\n{date}x-a: 1\r\ntransfer-encoding: chunked\r\n\r\n"),
+                Some(true)
+            )
+        );
+    }
 
     #[test]
     fn a_response_as_hyper_writes_it() {

@@ -95,6 +95,17 @@ impl LaneBody {
     }
 }
 
+impl LaneBody {
+    /// The whole body, taken out, when it came with the head (its connection already given
+    /// back; `Some(None)`: empty); `None` while it is still streaming.
+    pub fn take_whole(&mut self) -> Option<Option<Bytes>> {
+        match &mut self.state {
+            State::Whole(whole) => Some(whole.take()),
+            State::Streaming(_) => None,
+        }
+    }
+}
+
 impl http_body::Body for LaneBody {
     type Data = Bytes;
     type Error = LaneError;
