@@ -227,7 +227,7 @@ fn write_with(
     // holds headers (a handler's response) is left to grow by itself, if at all: reserving
     // ahead grew it as soon as an upstream's one header was in, to the same 16 slots it
     // reaches later when axum adds `Content-Length`, and that early 1,248-byte allocation
-    // cost ~1,400 instructions more a request in glibc's allocator (malloc_consolidate;
+    // cost ~1,200 instructions more a request in glibc's allocator (malloc_consolidate;
     // callgrind, docs/benchmarks/middleware.md).
     if headers.is_empty() {
         headers.reserve(most_headers(sets));
