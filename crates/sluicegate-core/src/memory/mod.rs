@@ -49,6 +49,8 @@
 //! `max_keys` states, when the fullest shard fills (at about 95% of a million), and never
 //! after; offered exactly `max_keys` distinct keys, the store keeps about 99.4% of them.
 
+#[cfg(test)]
+mod fast_path_tests;
 mod fingerprint;
 mod keyed;
 mod persist;
@@ -301,10 +303,12 @@ impl<C: Clock> MemoryStore<C> {
             numbers: None,
         };
         let mut shard = self.shards[self.shard_of(fp)].lock();
-        match shard.check_one(&target, now, cost) {
-            Some(decision) => decision,
-            None => shard.decide_general(target, now, cost),
+        let mut declined = false;
+        let mut decision = shard.check_one(&target, now, cost, &mut declined);
+        if declined {
+            decision = shard.decide_general(target, now, cost);
         }
+        decision
     }
 
     /// The all-or-nothing step over validated items (each policy at most once): lock the
