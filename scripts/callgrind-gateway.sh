@@ -8,7 +8,9 @@
 # For each binary: starts it under callgrind with a gateway in front of bench_peer's
 # upstream, warms one keep-alive connection, zeroes the counters, sends N requests over
 # that connection with curl, dumps, and prints the total divided by N. With
-# `BARE=1` it also counts `bench_peer proxy` (bare hyper) the same way.
+# `BARE=1` it also counts `bench_peer proxy` (bare hyper) the same way; with `NGINX=1`,
+# nginx (`proxy_pass` + `limit_req`, upstream keepalive, as scripts/bench-gateway.sh runs it)
+# with one worker in the foreground (`master_process off`), so the figures share a run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 N=${N:-2000}
@@ -76,4 +78,39 @@ if [ "${BARE:-}" = 1 ]; then
   valgrind --tool=callgrind --callgrind-out-file="$WORK/cg.%p" \
     "$REL/bench_peer" proxy "127.0.0.1:$P_HYP" "127.0.0.1:$P_UP" >/dev/null 2>&1 & pid=$!; PIDS+=($pid)
   count "bare hyper proxy" "$P_HYP" "$pid"
+fi
+if [ "${NGINX:-}" = 1 ]; then
+  P_NGX=$(port)
+  mkdir -p "$WORK/tmp"
+  cat >"$WORK/nginx.conf" <<NGX
+master_process off;
+daemon off;
+worker_processes 1;
+pid $WORK/nginx.pid;
+error_log $WORK/error.log warn;
+events { worker_connections 1024; }
+http {
+    access_log off;
+    client_body_temp_path $WORK/tmp/body;
+    proxy_temp_path $WORK/tmp/proxy;
+    fastcgi_temp_path $WORK/tmp/fastcgi;
+    uwsgi_temp_path $WORK/tmp/uwsgi;
+    scgi_temp_path $WORK/tmp/scgi;
+    limit_req_zone \$binary_remote_addr zone=bench:10m rate=100000000r/s;
+    upstream up { server 127.0.0.1:$P_UP; keepalive 64; }
+    server {
+        listen 127.0.0.1:$P_NGX;
+        location / {
+            limit_req zone=bench burst=100000000 nodelay;
+            proxy_pass http://up;
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+            proxy_set_header X-Forwarded-For \$proxy_add_x_forwarded_for;
+        }
+    }
+}
+NGX
+  valgrind --tool=callgrind --callgrind-out-file="$WORK/cg.%p" \
+    "$(command -v nginx || echo /usr/sbin/nginx)" -p "$WORK" -c "$WORK/nginx.conf" -e "$WORK/error.log" >/dev/null 2>&1 & pid=$!; PIDS+=($pid)
+  count "nginx limit_req proxy (1 worker)" "$P_NGX" "$pid"
 fi

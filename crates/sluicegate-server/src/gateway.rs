@@ -18,6 +18,7 @@
 //! (`gateway/lean.rs`, on [`crate::h1`]): the same steps and the same bytes, without hyper's
 //! server `Request`/`Response` or the upstream request's `HeaderMap`.
 
+mod fields;
 mod lean;
 
 use crate::error::ServerError;

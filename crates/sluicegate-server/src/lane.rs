@@ -25,7 +25,7 @@ use std::io;
 use std::pin::Pin;
 use std::task::{Context, Poll, Waker};
 
-use bytes::BytesMut;
+use bytes::{Bytes, BytesMut};
 use http::request::Parts;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::TcpStream;
@@ -112,7 +112,8 @@ impl Request<'_> {
         }
     }
 
-    fn is_head(&self) -> bool {
+    /// Whether it is a `HEAD` (its answer has no body, whatever its fields say).
+    pub fn is_head(&self) -> bool {
         matches!(self, Request::Parts(parts) if parts.method == http::Method::HEAD)
     }
 }
@@ -174,15 +175,17 @@ impl Conn {
         }
     }
 
-    /// Sends the head of a request without a body and reads the response head by
-    /// `deadline`: the response (its body to be read from this connection) and how it is
-    /// framed. Past the deadline, [`LaneError::TimedOut`] (and the caller drops the
-    /// connection: an answer may still come on it).
+    /// Sends the head of a request without a body and reads the final response head by
+    /// `deadline` (interim 1xx answers skipped): its bytes, taken off the buffer, and what
+    /// `parse` found (its fields' offsets in [`Conn::offsets`]); its body is read from this
+    /// connection, once [`Conn::decode`] or [`Conn::frame`] has judged the head. Past the
+    /// deadline, [`LaneError::TimedOut`] (and the caller drops the connection: an answer
+    /// may still come on it).
     pub async fn exchange(
         &mut self,
         request: Request<'_>,
         deadline: tokio::time::Instant,
-    ) -> Result<(http::response::Parts, Framing), LaneError> {
+    ) -> Result<(Bytes, head::Parsed), LaneError> {
         let mut timer = match self.timer.take() {
             Some(mut timer) => {
                 timer.as_mut().reset(deadline);
@@ -203,20 +206,58 @@ impl Conn {
     async fn exchange_untimed(
         &mut self,
         request: Request<'_>,
-    ) -> Result<(http::response::Parts, Framing), LaneError> {
+    ) -> Result<(Bytes, head::Parsed), LaneError> {
         self.write.clear();
         self.keep_alive = true;
         request.write(&mut self.write);
         self.stream.write_all(&self.write).await?;
-        let head_request = request.is_head();
         loop {
             let parsed = self.read_head().await?;
-            match head::build(self, parsed, head_request)? {
-                Some(answer) => return Ok(answer),
-                // An interim 1xx answer (100 Continue, 103 Early Hints): the real one follows.
-                None => continue,
+            if parsed.status() == 101 {
+                // Never asked for on this lane (upgrades go through hyper's client).
+                return Err(LaneError::Malformed("an upgrade that was not asked for"));
+            }
+            let head = self.read.split_to(parsed.len()).freeze();
+            // An interim 1xx answer (100 Continue, 103 Early Hints): the real one follows.
+            if !(100..200).contains(&parsed.status()) {
+                return Ok((head, parsed));
             }
         }
+    }
+
+    /// The response head `exchange` read, decoded into `http` parts, and its framing; the
+    /// connection is not reused after it if the response says so.
+    pub fn decode(
+        &mut self,
+        head: Bytes,
+        parsed: &head::Parsed,
+        head_request: bool,
+    ) -> Result<(http::response::Parts, Framing), LaneError> {
+        let response = head::decode(head, parsed, &self.offsets, head_request)?.ok_or(
+            LaneError::Malformed("an interim answer where a final one was due"),
+        )?;
+        self.keep_alive &= response.keep_alive;
+        Ok((response.parts, response.framing))
+    }
+
+    /// [`Conn::decode`] without building the parts: the status and the framing, the
+    /// fields left where they are in `head` (at [`Conn::offsets`]), for a caller that
+    /// writes them on as bytes. The same checks, the same framing.
+    pub fn frame(
+        &mut self,
+        head: &[u8],
+        parsed: &head::Parsed,
+        head_request: bool,
+    ) -> Result<(http::StatusCode, Framing), LaneError> {
+        let (status, framing, keep_alive) = head::frame(head, parsed, &self.offsets, head_request)?;
+        self.keep_alive &= keep_alive;
+        Ok((status, framing))
+    }
+
+    /// Where the fields of the last head `exchange` read are: name start, end, value
+    /// start, end.
+    pub fn offsets(&self) -> &[[usize; 4]] {
+        &self.offsets
     }
 
     /// Reads until the buffer starts with a whole response head; returns it parsed.

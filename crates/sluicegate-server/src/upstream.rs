@@ -135,6 +135,27 @@ struct Idle {
     since: Instant,
 }
 
+/// A response head the lane has read and not decoded: the connection it came on (its body
+/// follows there), the head's bytes and what `parse` found (the fields' places in
+/// `conn.offsets()`).
+pub struct Exchanged {
+    /// The connection, its buffer at the body.
+    pub conn: Conn,
+    /// The head's bytes.
+    pub head: bytes::Bytes,
+    /// Its status and length.
+    pub parsed: crate::lane::ParsedHead,
+    generation: u64,
+}
+
+impl Exchanged {
+    /// The body that follows the head, framed by `framing` (from `conn.decode` or
+    /// `conn.frame`); it gives the connection back to `upstream` at its end.
+    pub fn body(self, framing: crate::lane::Framing, upstream: &Arc<Upstream>) -> LaneBody {
+        LaneBody::start(self.conn, framing, upstream, self.generation)
+    }
+}
+
 /// A connection in use by one request, to be given back with [`Upstream::give_back`].
 pub struct Pooled {
     sender: SendRequest<Body>,
@@ -214,6 +235,23 @@ impl Upstream {
         request: crate::lane::Request<'_>,
         deadline: tokio::time::Instant,
     ) -> Result<http::Response<LaneBody>, UpstreamError> {
+        let mut sent = self.exchange_lane(config, request, deadline).await?;
+        let head = std::mem::take(&mut sent.head);
+        let (parts, framing) = sent
+            .conn
+            .decode(head, &sent.parsed, request.is_head())
+            .map_err(UpstreamError::Lane)?;
+        Ok(http::Response::from_parts(parts, sent.body(framing, self)))
+    }
+
+    /// [`Upstream::send_lane`] up to the response head, not decoded: for a caller that
+    /// writes it on as bytes (the gateway's lean front), or decodes it itself.
+    pub async fn exchange_lane(
+        self: &Arc<Self>,
+        config: &GatewayConfig,
+        request: crate::lane::Request<'_>,
+        deadline: tokio::time::Instant,
+    ) -> Result<Exchanged, UpstreamError> {
         let (idle, generation) = self.checkout_conn(config);
         let reused = idle.is_some();
         let mut conn = match idle {
@@ -229,12 +267,16 @@ impl Upstream {
             }
             answer => answer,
         };
-        let (parts, framing) = answer.map_err(|e| match e {
+        let (head, parsed) = answer.map_err(|e| match e {
             LaneError::TimedOut => UpstreamError::TimedOut,
             e => UpstreamError::Lane(e),
         })?;
-        let body = LaneBody::start(conn, framing, self, generation);
-        Ok(http::Response::from_parts(parts, body))
+        Ok(Exchanged {
+            conn,
+            head,
+            parsed,
+            generation,
+        })
     }
 
     /// A new lane connection to `config`'s upstream (by `deadline`, the request's).

@@ -26,12 +26,14 @@ use std::sync::Arc;
 
 use axum::body::Body;
 use http::{HeaderMap, HeaderName, HeaderValue, Method, Uri};
-use http_body::Body as _;
 
+use super::fields::{Entry, Fields, strip_hop_by_hop};
 use super::{Gateway, Worker};
 use crate::h1;
-use crate::lane::LaneBody;
-use crate::upstream::UpstreamError;
+use sluicegate_middleware::{LeaseGuard, PoolPermit, RateLimitDecision};
+
+use crate::lane::{Framing, LaneError};
+use crate::upstream::{Exchanged, UpstreamError};
 
 impl h1::Handler for Gateway {
     type Body = Body;
@@ -110,8 +112,15 @@ async fn answer(
     write_upstream_head(&mut upstream_head, head, &config.upstream, peer);
     let deadline = tokio::time::Instant::now() + config.upstream_timeout;
     let get = crate::lane::Request::Get(&upstream_head);
-    match worker.upstream.send_lane(config, get, deadline).await {
-        Ok(response) => pass_on(out, response, decision.as_ref(), held),
+    let sets = runtime.limiter.header_sets();
+    match worker.upstream.exchange_lane(config, get, deadline).await {
+        Ok(sent) => match pass_on(out, (worker, sets), sent, decision.as_ref(), held) {
+            Ok(tail) => tail,
+            Err(e) => {
+                let error = UpstreamError::Lane(e);
+                whole(out, super::failed(config, &error, decision.as_ref())).await
+            }
+        },
         Err(UpstreamError::TimedOut) => {
             tracing::warn!(upstream = %config.upstream, timeout = ?config.upstream_timeout, "upstream sent no response head in time");
             let mut response = super::gateway_timeout(held.1);
@@ -144,104 +153,104 @@ async fn whole(out: &mut Vec<u8>, response: axum::response::Response) -> Option<
 
 /// The upstream's response as the client gets it (hyper's path: `pass_on`): the head
 /// written here, the body appended when it came whole with the head and nothing is held
-/// until its end, else streamed by the driver.
+/// until its end, else streamed by the driver. A head the lane refuses is the error.
 fn pass_on(
     out: &mut Vec<u8>,
-    response: http::Response<LaneBody>,
-    decision: Option<&sluicegate_middleware::RateLimitDecision>,
-    held: (
-        Option<sluicegate_middleware::LeaseGuard>,
-        Option<sluicegate_middleware::PoolPermit>,
-    ),
-) -> Option<h1::Tail<Body>> {
-    let (mut parts, mut body) = response.into_parts();
-    let tap = super::response_head(&mut parts, decision);
-    // What hyper's dispatcher reads off the body before it writes the head.
-    let length = if body.is_end_stream() {
-        h1::BodyLength::Ended
+    (worker, sets): (&Arc<Worker>, &[sluicegate_core::render::HeaderSet]),
+    mut sent: Exchanged,
+    decision: Option<&RateLimitDecision>,
+    held: (Option<LeaseGuard>, Option<PoolPermit>),
+) -> Result<Option<h1::Tail<Body>>, LaneError> {
+    // A route that settles or counts from the response reads and edits its head: the
+    // map's path, as hyper's. So does an upstream field the rate-limit fields would replace.
+    let settles = decision.is_some_and(|d| d.after_response().is_some());
+    let (framing, writes, tap) = if settles || (decision.is_some() && names_a_limit_field(&sent)) {
+        let head = std::mem::take(&mut sent.head);
+        let (mut parts, framing) = sent.conn.decode(head, &sent.parsed, false)?;
+        let tap = super::response_head(&mut parts, decision);
+        let length = body_length(framing);
+        let writes = h1::write_proxied_head(out, parts.status, &parts.headers, length);
+        (framing, writes, tap)
     } else {
-        body.size_hint()
-            .exact()
-            .map_or(h1::BodyLength::Unknown, h1::BodyLength::Known)
+        let (status, framing) = sent.conn.frame(&sent.head, &sent.parsed, false)?;
+        let writes = write_head(out, &sent, status, framing, decision, sets);
+        (framing, writes, None)
     };
-    let framing = h1::write_proxied_head(out, parts.status, &parts.headers, length);
+    let length = body_length(framing);
+    let mut body = sent.body(framing, &worker.upstream);
     let unheld = held.0.is_none() && held.1.is_none() && tap.is_none();
     if let Some(whole) = unheld.then(|| body.take_whole()).flatten() {
-        if let (Some(whole), Some(_)) = (whole, framing) {
+        if let (Some(whole), Some(_)) = (whole, writes) {
             out.extend_from_slice(&whole);
         }
-        return None;
+        return Ok(None);
     }
     let body = super::holding(Body::new(body), held, tap);
-    match framing {
+    Ok(match writes {
         Some(chunked) if length != h1::BodyLength::Ended => Some(h1::Tail { body, chunked }),
         // Ended, or a status without a body: hyper drops it unpolled, and so does this.
         _ => None,
+    })
+}
+
+/// What hyper's dispatcher reads off a lane body of `framing` before it writes the head.
+fn body_length(framing: Framing) -> h1::BodyLength {
+    match framing {
+        Framing::Empty => h1::BodyLength::Ended,
+        Framing::Length(n) => h1::BodyLength::Known(n),
+        Framing::Chunked | Framing::Close => h1::BodyLength::Unknown,
     }
 }
 
-/// The names `strip_hop_by_hop` removes, in its order.
-const HOP_BY_HOP: [&str; 9] = [
-    "connection",
-    "keep-alive",
-    "proxy-connection",
-    "proxy-authenticate",
-    "proxy-authorization",
-    "te",
-    "trailer",
-    "transfer-encoding",
-    "upgrade",
-];
-
-/// One name of the upstream head, where `to_upstream`'s `HeaderMap` holds it.
-#[derive(Debug, Clone, Copy)]
-enum Entry {
-    /// The client's field lines of one name, from the first (its index).
-    Client(usize),
-    ForwardedFor,
-    ForwardedProto,
-    ForwardedHost,
-    Host,
+/// Whether the upstream's head has a field the rate-limit fields would replace in place
+/// (`ratelimit*`, `x-ratelimit*`, `retry-after`): the map's path handles that.
+fn names_a_limit_field(sent: &Exchanged) -> bool {
+    sent.conn.offsets().iter().any(|&[start, end, ..]| {
+        let name = &sent.head[start..end];
+        let starts = |prefix: &[u8]| {
+            name.len() >= prefix.len() && name[..prefix.len()].eq_ignore_ascii_case(prefix)
+        };
+        starts(b"ratelimit") || starts(b"x-ratelimit") || name.eq_ignore_ascii_case(b"retry-after")
+    })
 }
 
-/// The order of `to_upstream`'s `HeaderMap`: one entry per name, in the order the names
-/// first came; a removal moves the last entry into the removed one's place, as the map's
-/// `swap_remove` does; an insert replaces an entry in place or appends one.
-struct Fields<'h, 'a> {
-    fields: &'h [h1::Header<'a>],
-    entries: Vec<Entry>,
-}
-
-impl<'h, 'a> Fields<'h, 'a> {
-    fn position(&self, name: &str) -> Option<usize> {
-        self.entries.iter().position(|entry| match *entry {
-            Entry::Client(i) => self.fields[i].name.eq_ignore_ascii_case(name),
-            _ => false,
-        })
+/// The upstream's head as `response_head` and hyper's encoder make it, from the lane's
+/// bytes: the fields in the map's order without the hop-by-hop ones, then the rate-limit
+/// fields (appended: no upstream field has their names), then hyper's framing and `date`.
+/// Returns how the body is written (`ProxiedHead::finish`).
+fn write_head(
+    out: &mut Vec<u8>,
+    sent: &Exchanged,
+    status: http::StatusCode,
+    framing: Framing,
+    decision: Option<&RateLimitDecision>,
+    sets: &[sluicegate_core::render::HeaderSet],
+) -> Option<bool> {
+    let offsets = sent.conn.offsets();
+    let mut slots = [h1::EMPTY_HEADER; crate::lane::MAX_HEADERS];
+    for (slot, &[name_start, name_end, value_start, value_end]) in slots.iter_mut().zip(offsets) {
+        // A token (ASCII) by `httparse`'s rules.
+        let name = std::str::from_utf8(&sent.head[name_start..name_end]).unwrap_or_default();
+        *slot = h1::Header {
+            name,
+            value: &sent.head[value_start..value_end],
+        };
     }
-
-    fn remove(&mut self, name: &str) {
-        if let Some(at) = self.position(name) {
-            self.entries.swap_remove(at);
+    let fields = &slots[..offsets.len().min(slots.len())];
+    let mut map = Fields::of(fields, 0);
+    strip_hop_by_hop(&mut map);
+    let mut head = h1::ProxiedHead::new(out, status, body_length(framing));
+    for entry in &map.entries {
+        if let Entry::Client(first) = *entry {
+            for (i, (name, value)) in map.lines(first).enumerate() {
+                head.field(out, name.as_bytes(), value, i == 0);
+            }
         }
     }
-
-    fn insert(&mut self, name: &str, entry: Entry) {
-        match self.position(name) {
-            Some(at) => self.entries[at] = entry,
-            None => self.entries.push(entry),
-        }
+    if let Some(decision) = decision.filter(|d| !d.is_forbidden()) {
+        crate::header_lines::write_lines(sets, decision.verdict(), None, out);
     }
-
-    /// The values of the client's lines named `name`, if the map still holds them.
-    fn values<'n>(&self, name: &'n str) -> impl Iterator<Item = &'a [u8]> + use<'h, 'a, 'n> {
-        let held = self.position(name).is_some();
-        let fields: &'h [h1::Header<'a>] = self.fields;
-        fields
-            .iter()
-            .filter(move |f| held && f.name.eq_ignore_ascii_case(name))
-            .map(|f| f.value)
-    }
+    head.finish(out)
 }
 
 /// The head `to_upstream` and the lane's `write_request` make for this request: `GET`,
@@ -250,19 +259,7 @@ impl<'h, 'a> Fields<'h, 'a> {
 /// `X-Forwarded-Proto: http`, `X-Forwarded-Host` and `Host` (the client's, else the
 /// upstream's authority). Names lower-case, as the map writes them.
 fn write_upstream_head(out: &mut Vec<u8>, head: &h1::Head<'_>, upstream: &Uri, peer: SocketAddr) {
-    let fields = head.fields();
-    let mut map = Fields {
-        fields,
-        entries: Vec::with_capacity(fields.len() + 4),
-    };
-    for (i, field) in fields.iter().enumerate() {
-        if !fields[..i]
-            .iter()
-            .any(|f| f.name.eq_ignore_ascii_case(field.name))
-        {
-            map.entries.push(Entry::Client(i));
-        }
-    }
+    let mut map = Fields::of(head.fields(), 4);
     let host = map.values("host").next();
     strip_hop_by_hop(&mut map);
     let mut forwarded_for = Vec::with_capacity(64);
@@ -299,12 +296,8 @@ fn write_upstream_head(out: &mut Vec<u8>, head: &h1::Head<'_>, upstream: &Uri, p
     for entry in &map.entries {
         match *entry {
             Entry::Client(first) => {
-                let name = fields[first].name;
-                for field in fields[first..]
-                    .iter()
-                    .filter(|f| f.name.eq_ignore_ascii_case(name))
-                {
-                    line(out, name.as_bytes(), field.value);
+                for (name, value) in map.lines(first) {
+                    line(out, name.as_bytes(), value);
                 }
             }
             Entry::ForwardedFor => line(out, b"x-forwarded-for", &forwarded_for),
@@ -314,28 +307,6 @@ fn write_upstream_head(out: &mut Vec<u8>, head: &h1::Head<'_>, upstream: &Uri, p
         }
     }
     out.extend_from_slice(b"\r\n");
-}
-
-/// `strip_hop_by_hop` on the model: only when a hop-by-hop name is there, the names the
-/// `Connection` lines list (those `HeaderValue::to_str` reads), then the hop-by-hop ones.
-fn strip_hop_by_hop(map: &mut Fields<'_, '_>) {
-    if !HOP_BY_HOP.iter().any(|name| map.position(name).is_some()) {
-        return;
-    }
-    let listed: Vec<&str> = map
-        .values("connection")
-        .filter_map(|v| std::str::from_utf8(v).ok())
-        .filter(|v| v.bytes().all(|b| b == b'\t' || (0x20..0x7f).contains(&b)))
-        .flat_map(|v| v.split(','))
-        .map(str::trim)
-        .filter(|name| !name.is_empty())
-        .collect();
-    for name in listed {
-        map.remove(name);
-    }
-    for name in HOP_BY_HOP {
-        map.remove(name);
-    }
 }
 
 #[cfg(test)]

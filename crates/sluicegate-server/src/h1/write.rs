@@ -58,11 +58,8 @@ pub enum BodyLength {
 
 /// Appends the head hyper's server writes for a response to a `GET` with `status`,
 /// `headers` and a body of `length` (its encoder, `proto/h1/role.rs`, for lower-case
-/// names): the fields in the map's order, the first `content-length` only (none for an
-/// ended body, which gets an implied `content-length: 0` after the fields instead),
-/// `content-length` or `transfer-encoding: chunked` after them when the map sets no length,
-/// `date` last unless the map has one. For maps without `transfer-encoding`, `connection`
-/// or `trailer` (the gateway strips them as hop-by-hop). Returns how the body is written:
+/// names): see [`ProxiedHead`]. For maps without `transfer-encoding`, `connection` or
+/// `trailer` (the gateway strips them as hop-by-hop). Returns how the body is written:
 /// `None` when the status forbids one, else `Some(chunked)`.
 pub fn write_proxied_head(
     out: &mut Vec<u8>,
@@ -70,50 +67,97 @@ pub fn write_proxied_head(
     headers: &HeaderMap,
     length: BodyLength,
 ) -> Option<bool> {
-    write_status(out, status);
-    let (mut wrote_len, mut wrote_date) = (false, false);
+    let mut head = ProxiedHead::new(out, status, length);
     let mut previous: Option<&http::HeaderName> = None;
     for (name, value) in headers {
         let first_of_name = previous != Some(name);
         previous = Some(name);
-        if name == header::CONTENT_LENGTH {
-            // An ended body: hyper skips the field and implies the length below.
-            if length == BodyLength::Ended || !first_of_name {
-                continue;
-            }
-            wrote_len = true;
-        } else if name == header::DATE {
-            wrote_date = true;
+        head.field(
+            out,
+            name.as_str().as_bytes(),
+            value.as_bytes(),
+            first_of_name,
+        );
+    }
+    head.finish(out)
+}
+
+/// The head of a proxied response to a `GET`, written as hyper's server encoder writes it,
+/// field by field in the map's order: names lower-case; the first `content-length` line
+/// only (none for an ended body, which gets an implied `content-length: 0` after the fields
+/// instead); after the fields, `content-length` or `transfer-encoding: chunked` when no
+/// length was given, and `date` unless one was. No field may be `transfer-encoding`,
+/// `connection` or `trailer` (hyper joins those; the gateway strips them as hop-by-hop).
+#[derive(Debug)]
+pub struct ProxiedHead {
+    status: StatusCode,
+    length: BodyLength,
+    wrote_len: bool,
+    wrote_date: bool,
+}
+
+impl ProxiedHead {
+    /// Starts the head: its status line.
+    pub fn new(out: &mut Vec<u8>, status: StatusCode, length: BodyLength) -> ProxiedHead {
+        write_status(out, status);
+        ProxiedHead {
+            status,
+            length,
+            wrote_len: false,
+            wrote_date: false,
         }
-        out.extend_from_slice(name.as_str().as_bytes());
+    }
+
+    /// One field line; `first_of_name`: the first line of its name in the map.
+    pub fn field(&mut self, out: &mut Vec<u8>, name: &[u8], value: &[u8], first_of_name: bool) {
+        if name.eq_ignore_ascii_case(b"content-length") {
+            // An ended body: hyper skips the field and implies the length in `finish`.
+            if self.length == BodyLength::Ended || !first_of_name {
+                return;
+            }
+            self.wrote_len = true;
+        } else if name.eq_ignore_ascii_case(b"date") {
+            self.wrote_date = true;
+        }
+        if name.iter().any(u8::is_ascii_uppercase) {
+            out.extend(name.iter().map(u8::to_ascii_lowercase));
+        } else {
+            out.extend_from_slice(name);
+        }
         out.extend_from_slice(b": ");
-        out.extend_from_slice(value.as_bytes());
+        out.extend_from_slice(value);
         out.extend_from_slice(b"\r\n");
     }
-    // 1xx, 204 and 304 carry neither a body nor a length (hyper's `can_have_body`).
-    let bodyless = status.is_informational()
-        || status == StatusCode::NO_CONTENT
-        || status == StatusCode::NOT_MODIFIED;
-    let mut chunked = false;
-    if !wrote_len && !bodyless {
-        match length {
-            BodyLength::Unknown => {
-                out.extend_from_slice(b"transfer-encoding: chunked\r\n");
-                chunked = true;
-            }
-            BodyLength::Ended => out.extend_from_slice(b"content-length: 0\r\n"),
-            BodyLength::Known(len) => {
-                out.extend_from_slice(b"content-length: ");
-                out.extend_from_slice(itoa::Buffer::new().format(len).as_bytes());
-                out.extend_from_slice(b"\r\n");
+
+    /// Ends the head; returns how the body is written: `None` when the status forbids one,
+    /// else `Some(chunked)`.
+    pub fn finish(self, out: &mut Vec<u8>) -> Option<bool> {
+        let status = self.status;
+        // 1xx, 204 and 304 carry neither a body nor a length (hyper's `can_have_body`).
+        let bodyless = status.is_informational()
+            || status == StatusCode::NO_CONTENT
+            || status == StatusCode::NOT_MODIFIED;
+        let mut chunked = false;
+        if !self.wrote_len && !bodyless {
+            match self.length {
+                BodyLength::Unknown => {
+                    out.extend_from_slice(b"transfer-encoding: chunked\r\n");
+                    chunked = true;
+                }
+                BodyLength::Ended => out.extend_from_slice(b"content-length: 0\r\n"),
+                BodyLength::Known(len) => {
+                    out.extend_from_slice(b"content-length: ");
+                    out.extend_from_slice(itoa::Buffer::new().format(len).as_bytes());
+                    out.extend_from_slice(b"\r\n");
+                }
             }
         }
+        if !self.wrote_date {
+            date(out);
+        }
+        out.extend_from_slice(b"\r\n");
+        (!bodyless).then_some(chunked)
     }
-    if !wrote_date {
-        date(out);
-    }
-    out.extend_from_slice(b"\r\n");
-    (!bodyless).then_some(chunked)
 }
 
 /// The length of an IMF-fixdate (`Wed, 02 Dec 2026 01:15:47 GMT`).

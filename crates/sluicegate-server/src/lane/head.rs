@@ -8,7 +8,7 @@ use bytes::Bytes;
 use http::header::{CONNECTION, CONTENT_LENGTH, TRANSFER_ENCODING};
 use http::{HeaderMap, HeaderName, HeaderValue, StatusCode, Version};
 
-use super::{Conn, LaneError, MAX_HEADERS};
+use super::{LaneError, MAX_HEADERS};
 
 /// How a response's body is delimited on the connection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -119,8 +119,9 @@ struct Fields {
 }
 
 impl Fields {
-    fn see(&mut self, name: &HeaderName, value: &[u8]) -> Result<(), LaneError> {
-        if name == CONTENT_LENGTH {
+    /// Notes the field `name` (any case) of `value`.
+    fn see(&mut self, name: &[u8], value: &[u8]) -> Result<(), LaneError> {
+        if name.eq_ignore_ascii_case(CONTENT_LENGTH.as_str().as_bytes()) {
             // A list of equal values is allowed (RFC 9110 §8.6); differing ones are not.
             for item in value.split(|&b| b == b',') {
                 let n = parse_length(item.trim_ascii())?;
@@ -129,12 +130,12 @@ impl Fields {
                 }
                 self.length = Some(n);
             }
-        } else if name == TRANSFER_ENCODING {
+        } else if name.eq_ignore_ascii_case(TRANSFER_ENCODING.as_str().as_bytes()) {
             if self.chunked || !value.trim_ascii().eq_ignore_ascii_case(b"chunked") {
                 self.other_coding = true;
             }
             self.chunked = true;
-        } else if name == CONNECTION {
+        } else if name.eq_ignore_ascii_case(CONNECTION.as_str().as_bytes()) {
             self.close |= value
                 .split(|&b| b == b',')
                 .any(|token| token.trim_ascii().eq_ignore_ascii_case(b"close"));
@@ -171,22 +172,31 @@ fn parse_length(digits: &[u8]) -> Result<u64, LaneError> {
         .fold(0u64, |n, d| n * 10 + u64::from(d - b'0')))
 }
 
-/// Takes the parsed head off the connection's buffer as response parts and framing;
-/// `None` for an interim (1xx) answer, which is dropped. Clears the connection's
-/// `keep_alive` when the response says it will not carry another.
-pub fn build(
-    conn: &mut Conn,
-    parsed: Parsed,
+/// What [`decode`] decides without building the parts: the status, the framing, and
+/// whether the connection may carry another request. The fields of a head `parse` accepted
+/// are valid `HeaderName`s and `HeaderValue`s already (`httparse` admits tokens as names and
+/// no control byte but tab, nor DEL, in values), so only the framing can refuse one here.
+pub fn frame(
+    head: &[u8],
+    parsed: &Parsed,
+    offsets: &[[usize; 4]],
     head_request: bool,
-) -> Result<Option<(http::response::Parts, Framing)>, LaneError> {
-    let head = conn.read.split_to(parsed.len).freeze();
-    let Some(response) = decode(head, &parsed, &conn.offsets, head_request)? else {
-        return Ok(None);
-    };
-    if !response.keep_alive {
-        conn.keep_alive = false;
+) -> Result<(StatusCode, Framing, bool), LaneError> {
+    let status = StatusCode::from_u16(parsed.status)
+        .map_err(|_| LaneError::Malformed("invalid status code"))?;
+    let mut fields = Fields::default();
+    for &[name_start, name_end, value_start, value_end] in offsets {
+        fields.see(&head[name_start..name_end], &head[value_start..value_end])?;
     }
-    Ok(Some((response.parts, response.framing)))
+    let no_body =
+        head_request || status == StatusCode::NO_CONTENT || status == StatusCode::NOT_MODIFIED;
+    let framing = if no_body {
+        Framing::Empty
+    } else {
+        fields.framing()?
+    };
+    let keep_alive = !(fields.close || parsed.http10 || framing == Framing::Close);
+    Ok((status, framing, keep_alive))
 }
 
 /// A final response head, decoded.
@@ -225,7 +235,7 @@ pub fn decode(
             .map_err(|_| LaneError::Malformed("invalid header name"))?;
         let value = HeaderValue::from_maybe_shared(head.slice(value_start..value_end))
             .map_err(|_| LaneError::Malformed("invalid header value"))?;
-        fields.see(&name, value.as_bytes())?;
+        fields.see(name.as_str().as_bytes(), value.as_bytes())?;
         headers.append(name, value);
     }
     let no_body =
@@ -257,10 +267,7 @@ mod tests {
     fn fields(lines: &[(&str, &str)]) -> Result<Framing, LaneError> {
         let mut fields = Fields::default();
         for (name, value) in lines {
-            fields.see(
-                &HeaderName::from_bytes(name.as_bytes()).unwrap(),
-                value.as_bytes(),
-            )?;
+            fields.see(name.as_bytes(), value.as_bytes())?;
         }
         fields.framing()
     }
