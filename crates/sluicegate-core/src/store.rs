@@ -39,7 +39,10 @@ pub fn check_key(key: &str) -> Result<(), StoreError> {
 /// could never be admitted).
 #[inline]
 pub(crate) fn check_cost(policy: &Policy, cost: u64) -> Result<(), StoreError> {
-    if cost > policy.capacity() {
+    // A built policy's capacity is at least 1 (`rule::limit`, `rule::burst`), so the usual
+    // cost, 1, passes without computing it (which depends on the algorithm).
+    debug_assert!(policy.capacity() >= 1, "a policy of capacity 0");
+    if cost > 1 && cost > policy.capacity() {
         return Err(cost_over_capacity(policy, cost));
     }
     Ok(())

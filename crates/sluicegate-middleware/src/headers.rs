@@ -6,7 +6,7 @@
 
 use std::sync::Arc;
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue, Response, StatusCode, header};
 use http_body_util::Full;
 use sluicegate_core::render::{self, Header, HeaderSink, Value};
@@ -111,26 +111,24 @@ fn small_number(n: u64) -> Option<HeaderValue> {
 
 /// An [`http::HeaderMap`] as a [`HeaderSink`], with the route's [`RouteFields`].
 ///
-/// Numbers rendered per response (1000 and more) are written into one buffer that those
-/// values share: one allocation a response, made only when one is needed.
+/// A value rendered per response (a number of 1000 or more, the `RateLimit` field) is one
+/// allocation of its exact size, freed with the response: a buffer shared by several
+/// values costs two (the buffer and its shared reference count) and a `String` turned
+/// into `Bytes` with room to spare one more (the same count); the fewer allocations, the
+/// fewer frees that miss glibc's per-thread cache (callgrind: ~100 instructions each
+/// there, docs/benchmarks/middleware.md).
 struct HttpSink<'a> {
     headers: &'a mut HeaderMap,
     policy_field: Option<&'a HeaderValue>,
     limits: &'a [(u64, HeaderValue)],
-    buf: BytesMut,
 }
 
 impl HttpSink<'_> {
-    /// `bytes` as a header value sharing the sink's buffer.
-    fn shared(&mut self, bytes: &[u8]) -> Option<HeaderValue> {
-        if self.buf.capacity() == 0 {
-            // Not `reserve`: growing an empty buffer took ~190 instructions (callgrind).
-            self.buf = BytesMut::with_capacity(VALUES_CAPACITY);
-        }
-        self.buf.extend_from_slice(bytes);
+    /// `bytes` as a header value of its own exact allocation.
+    fn owned(bytes: &[u8]) -> Option<HeaderValue> {
         // Only rendered text comes here (digits, a field computed by the renderer), which
         // is always a valid value; the check is the safe constructor's, a loop over bytes.
-        HeaderValue::from_maybe_shared(self.buf.split().freeze()).ok()
+        HeaderValue::from_maybe_shared(Bytes::copy_from_slice(bytes)).ok()
     }
 
     fn number(&mut self, header: Header, n: u64) -> Option<HeaderValue> {
@@ -139,7 +137,7 @@ impl HttpSink<'_> {
         {
             return Some(value.clone());
         }
-        small_number(n).or_else(|| self.shared(itoa::Buffer::new().format(n).as_bytes()))
+        small_number(n).or_else(|| Self::owned(itoa::Buffer::new().format(n).as_bytes()))
     }
 }
 
@@ -164,10 +162,6 @@ impl HeaderSink for HttpSink<'_> {
         true
     }
 }
-
-/// Room for the values rendered per response (two numbers of each set and the
-/// `RateLimit` field of a few policies); more only means one more allocation.
-const VALUES_CAPACITY: usize = 128;
 
 /// Writes the configured header sets for `verdict` into `headers`, plus `Retry-After` when
 /// it is a rejection. Reads the wall clock for `legacy`'s Unix time.
@@ -229,15 +223,33 @@ fn write_with(
     limits: &[(u64, HeaderValue)],
     headers: &mut HeaderMap,
 ) {
-    // Three headers a set at most, and Retry-After: the map grows once, not per header.
-    headers.reserve(sets.len() * 3 + 1);
+    // An empty map is allocated once at the size the headers need. A map that already
+    // holds headers (a handler's response) is left to grow by itself, if at all: reserving
+    // ahead grew it as soon as an upstream's one header was in, to the same 16 slots it
+    // reaches later when axum adds `Content-Length`, and that early 1,248-byte allocation
+    // cost ~1,200 instructions more a request in glibc's allocator (malloc_consolidate;
+    // callgrind, docs/benchmarks/middleware.md).
+    if headers.is_empty() {
+        headers.reserve(most_headers(sets));
+    }
     let mut sink = HttpSink {
         headers,
         policy_field,
         limits,
-        buf: BytesMut::new(),
     };
     render::write_headers(sets, verdict, &SystemClock, &mut sink);
+}
+
+/// The most headers `sets` write, `Retry-After` included.
+fn most_headers(sets: &[HeaderSet]) -> usize {
+    let fields: usize = sets
+        .iter()
+        .map(|set| match set {
+            HeaderSet::Draft6 | HeaderSet::Legacy => 3,
+            HeaderSet::Ietf => 2,
+        })
+        .sum();
+    fields + 1
 }
 
 /// The `RateLimit-Policy` field for these policies (shadow ones left out) now: `None` when

@@ -60,8 +60,10 @@ pub struct RateLimiter {
     header_sets: Arc<[HeaderSet]>,
     extractor: Arc<dyn KeyExtractor>,
     last_store_warning: AtomicU64,
-    /// Each route's pool, by route index.
-    pools: Vec<Option<PoolBinding>>,
+    /// What each route's decisions share, by route index (see [`DecisionParts`]).
+    parts: Vec<Arc<DecisionParts>>,
+    /// The same for a client on a deny list whose request matched no route.
+    unrouted: Arc<DecisionParts>,
     access: AccessList,
     wait_queue: Option<Arc<WaitQueue>>,
 }
@@ -174,16 +176,51 @@ impl RateLimiter {
         identity: ClientIdentity,
         header_sets: Vec<HeaderSet>,
     ) -> RateLimiter {
-        RateLimiter {
+        let header_sets: Arc<[HeaderSet]> = header_sets.into();
+        let unrouted = Arc::new(DecisionParts {
+            route_path: Arc::from(""),
+            fields: None,
+            store: Arc::clone(decider.store()),
+            header_sets: Arc::clone(&header_sets),
+            pool: None,
+            after: None,
+        });
+        let mut limiter = RateLimiter {
             decider,
             routes,
             identity,
-            header_sets: header_sets.into(),
+            header_sets,
             extractor: Arc::new(RouteKey),
             last_store_warning: AtomicU64::new(0),
-            pools: Vec::new(),
+            parts: Vec::new(),
+            unrouted,
             wait_queue: None,
             access: AccessList::default(),
+        };
+        limiter.parts = limiter.route_parts(&[]);
+        limiter
+    }
+
+    /// Each route's [`DecisionParts`], by route index, with its pool among `pools`.
+    fn route_parts(&self, pools: &[Option<PoolBinding>]) -> Vec<Arc<DecisionParts>> {
+        let mut parts = vec![Arc::clone(&self.unrouted); self.routes.routes().len()];
+        for route in self.routes.routes() {
+            if let Some(slot) = parts.get_mut(route.index()) {
+                let pool = pools.get(route.index()).cloned().flatten();
+                *slot = Arc::new(self.new_parts(route, pool));
+            }
+        }
+        parts
+    }
+
+    fn new_parts(&self, route: &Route, pool: Option<PoolBinding>) -> DecisionParts {
+        DecisionParts {
+            route_path: Arc::clone(route.path_arc()),
+            fields: Some(Arc::clone(route.fields())),
+            store: Arc::clone(self.decider.store()),
+            header_sets: Arc::clone(&self.header_sets),
+            pool,
+            after: route.after().cloned(),
         }
     }
 
@@ -224,7 +261,7 @@ impl RateLimiter {
                 *binding = PoolBinding::resolve(route, pools)?;
             }
         }
-        self.pools = bindings;
+        self.parts = self.route_parts(&bindings);
         Ok(self)
     }
 
@@ -307,15 +344,12 @@ impl RateLimiter {
                 at: 0,
             },
             key: self.identity.ip_key(self.identity.mask(addr)),
-            route_path: route.map_or_else(|| Arc::from(""), |r| Arc::clone(r.path_arc())),
-            fields: None,
-            store: Arc::clone(self.decider.store()),
-            header_sets: Arc::clone(&self.header_sets),
+            // A refused client gets no rate-limit headers, waits in no pool and settles
+            // nothing: of the route's parts only its path is read.
+            parts: route.map_or_else(|| Arc::clone(&self.unrouted), |r| self.parts_of(r)),
             wait_place: None,
             forbidden: true,
-            pool: None,
             cost: COST,
-            after: None,
         }
     }
 
@@ -371,17 +405,22 @@ impl RateLimiter {
             }
         }
         RateLimitDecision {
-            pool: self.pools.get(route.index()).cloned().flatten(),
             verdict,
             key,
-            route_path: Arc::clone(route.path_arc()),
-            fields: Some(Arc::clone(route.fields())),
-            store: Arc::clone(self.decider.store()),
-            header_sets: Arc::clone(&self.header_sets),
+            parts: self.parts_of(route),
             wait_place,
             forbidden: false,
             cost: route.cost(),
-            after: route.after().cloned(),
+        }
+    }
+
+    /// `route`'s [`DecisionParts`]: one reference count.
+    fn parts_of(&self, route: &Route) -> Arc<DecisionParts> {
+        match self.parts.get(route.index()) {
+            Some(parts) if Arc::ptr_eq(&parts.route_path, route.path_arc()) => Arc::clone(parts),
+            // A route of another table ([`RateLimiter::check_key`] is public): made for
+            // this decision, without a pool (pools are bound to this table's routes).
+            _ => Arc::new(self.new_parts(route, None)),
         }
     }
 
@@ -442,16 +481,23 @@ const COST: u64 = 1;
 pub struct RateLimitDecision {
     verdict: Verdict,
     key: String,
-    route_path: Arc<str>,
-    /// The route's pre-rendered header values (`None` for a client on a deny list).
-    fields: Option<Arc<headers::RouteFields>>,
-    store: Arc<dyn Store>,
-    header_sets: Arc<[HeaderSet]>,
-    pool: Option<PoolBinding>,
+    parts: Arc<DecisionParts>,
     wait_place: Option<Arc<WaitPlace>>,
     forbidden: bool,
     /// The route's cost, charged on arrival.
     cost: u64,
+}
+
+/// What every decision on one route refers to, made when the limiter is built: a decision
+/// clones one `Arc` instead of one per part (each clone and drop is a locked instruction
+/// pair; five of them a request were measured in docs/benchmarks/middleware.md).
+struct DecisionParts {
+    route_path: Arc<str>,
+    /// The route's pre-rendered header values (`None` when no route matched).
+    fields: Option<Arc<headers::RouteFields>>,
+    store: Arc<dyn Store>,
+    header_sets: Arc<[HeaderSet]>,
+    pool: Option<PoolBinding>,
     /// The route's `settle` and `count`, when it has any.
     after: Option<Arc<crate::AfterResponse>>,
 }
@@ -461,7 +507,7 @@ impl std::fmt::Debug for RateLimitDecision {
         f.debug_struct("RateLimitDecision")
             .field("verdict", &self.verdict)
             .field("key", &self.key)
-            .field("route", &self.route_path)
+            .field("route", &self.parts.route_path)
             .finish_non_exhaustive()
     }
 }
@@ -489,17 +535,19 @@ impl RateLimitDecision {
     }
     /// The path prefix of the route that matched.
     pub fn route_path(&self) -> &str {
-        &self.route_path
+        &self.parts.route_path
     }
     /// The guard over the leases this admitted request holds on concurrency policies:
     /// keep it until the response has been sent (wrap the body in a
     /// [`LeaseBody`](crate::LeaseBody)); dropping it frees the leases. `None` when the
     /// request holds no lease.
     pub fn lease_guard(&self) -> Option<crate::LeaseGuard> {
-        crate::LeaseGuard::new(
-            Arc::clone(&self.store),
-            self.verdict.leases(&self.key, self.cost),
-        )
+        let leases = self.verdict.leases(&self.key, self.cost);
+        // No store clone (a reference count up and down) for the usual request: no lease.
+        if leases.is_empty() {
+            return None;
+        }
+        crate::LeaseGuard::new(Arc::clone(&self.parts.store), leases)
     }
 
     /// What to do once the upstream has answered (the route's `settle` and `count`):
@@ -507,9 +555,13 @@ impl RateLimitDecision {
     /// the body with the returned tap ([`LeaseBody::with_tap`](crate::LeaseBody::with_tap)).
     /// `None` when the route has no such rule or nothing was consumed.
     pub fn after_response(&self) -> Option<(crate::Settler, Arc<crate::AfterResponse>)> {
-        let after = self.after.as_ref()?;
-        let settler =
-            crate::Settler::of(Arc::clone(&self.store), &self.verdict, &self.key, self.cost)?;
+        let after = self.parts.after.as_ref()?;
+        let settler = crate::Settler::of(
+            Arc::clone(&self.parts.store),
+            &self.verdict,
+            &self.key,
+            self.cost,
+        )?;
         Some((settler, Arc::clone(after)))
     }
     /// `Retry-After` in whole seconds (at least 1) when rejected.
@@ -522,11 +574,10 @@ impl RateLimitDecision {
         if self.forbidden {
             return;
         }
-        match &self.fields {
-            Some(fields) => {
-                headers::write_route_headers(&self.header_sets, &self.verdict, fields, headers)
-            }
-            None => headers::write_headers(&self.header_sets, &self.verdict, headers),
+        let sets = &self.parts.header_sets;
+        match &self.parts.fields {
+            Some(fields) => headers::write_route_headers(sets, &self.verdict, fields, headers),
+            None => headers::write_headers(sets, &self.verdict, headers),
         }
     }
 
@@ -541,7 +592,7 @@ impl RateLimitDecision {
         if self.forbidden {
             return headers::forbidden_response();
         }
-        headers::rejection_response(&self.header_sets, &self.verdict, status)
+        headers::rejection_response(&self.parts.header_sets, &self.verdict, status)
     }
 
     /// Waits for the route's pool slot (after [`wait`](Self::wait)): `Ok(None)` when the
@@ -550,7 +601,7 @@ impl RateLimitDecision {
     /// call [`PoolPermit::complete`] after a complete response), or the pool's 429 ([`PoolRejected::response`]). Cancel-safe:
     /// dropping the future leaves the queue at once.
     pub async fn enter_pool(&self) -> Result<Option<PoolPermit>, PoolRejected> {
-        match &self.pool {
+        match &self.parts.pool {
             Some(binding) if self.verdict.allowed => binding.acquire(&self.key).await.map(Some),
             _ => Ok(None),
         }
@@ -574,7 +625,7 @@ impl RateLimitDecision {
             .collect();
         let mut guard = RefundGuard {
             refund: Some(Refund {
-                store: Arc::clone(&self.store),
+                store: Arc::clone(&self.parts.store),
                 policies: consumed,
                 key: self.key.clone(),
                 cost: self.cost,

@@ -46,13 +46,13 @@ impl Gcra {
     }
 
     /// The emission interval of `cost` requests.
-    #[inline]
+    #[inline(always)]
     fn interval(&self, cost: u64) -> Micros {
         cost.saturating_mul(self.unit)
     }
 
     /// Whole requests admissible while the TAT is `ahead` µs past now.
-    #[inline]
+    #[inline(always)]
     fn whole(&self, ahead: Micros) -> u64 {
         self.per_unit.div(self.tolerance.saturating_sub(ahead))
     }
@@ -67,7 +67,7 @@ impl From<Quota> for Gcra {
 impl Algorithm for Gcra {
     type State = GcraState;
 
-    #[inline]
+    #[inline(always)]
     fn evaluate(
         &self,
         state: &Self::State,
@@ -97,7 +97,7 @@ impl Algorithm for Gcra {
         }
     }
 
-    #[inline]
+    #[inline(always)]
     fn consume(&self, state: &mut Self::State, now: Micros, cost: u64) {
         if cost == 0 {
             return;

@@ -92,7 +92,7 @@ impl<S: Default> RawTable<S> {
     }
 
     /// Changes the state in cell `i` with `f`, keeping the count of heap bytes.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn update<R>(&mut self, i: usize, f: impl FnOnce(&mut S) -> R) -> R {
         let state = &mut self.cells[i].state;
         let Some(heap_of) = self.heap_of else {
@@ -132,7 +132,7 @@ impl<S: Default> RawTable<S> {
     }
 
     /// The cell of `fp`, marking it recently used.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn find(&mut self, fp: Fingerprint) -> Option<usize> {
         if self.len == 0 {
             return None;
@@ -152,7 +152,7 @@ impl<S: Default> RawTable<S> {
     }
 
     /// The state in cell `i` (from [`RawTable::find`] or [`RawTable::insert`]).
-    #[inline]
+    #[inline(always)]
     pub(crate) fn state(&self, i: usize) -> &S {
         &self.cells[i].state
     }
@@ -168,7 +168,7 @@ impl<S: Default> RawTable<S> {
     /// Records that an entry now expires at `idle_at` (after a change to its state), or at
     /// least not before. After an admitted request, `now + reset_after` is exactly the
     /// state's `idle_at` (or less, if the clock stepped back), which saves computing it.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn note_idle_at(&mut self, idle_at: Micros) {
         self.min_idle = self.min_idle.min(idle_at);
         self.pending_min = self.pending_min.min(idle_at);

@@ -131,13 +131,14 @@ impl<A: Algorithm + From<Quota>> TypedTable<A> {
     }
 
     /// [`AnyTable::check`] for this algorithm.
-    #[inline]
+    #[inline(always)]
     fn check<P: Fn(Fingerprint) -> bool>(
         &mut self,
         fp: Fingerprint,
         c: OneCheck<P>,
         count: &mut usize,
-    ) -> Option<Decision> {
+        declined: &mut bool,
+    ) -> Decision {
         let alg = &self.alg;
         let OneCheck {
             now,
@@ -163,7 +164,10 @@ impl<A: Algorithm + From<Quota>> TypedTable<A> {
                     *count += 1;
                     self.raw.insert(fp)
                 }
-                None => return None,
+                None => {
+                    *declined = true;
+                    return decision;
+                }
             };
             self.raw.update(i, |state| alg.consume(state, now, cost));
             self.raw
@@ -172,7 +176,7 @@ impl<A: Algorithm + From<Quota>> TypedTable<A> {
         *count -= self
             .raw
             .sweep(now, super::shard::SWEEP_STEPS, |s| alg.idle_at(s), &pinned);
-        Some(decision)
+        decision
     }
 }
 
@@ -231,14 +235,53 @@ impl AnyTable {
     /// what the sweep dropped (a small return value, not a tuple through memory); `None`,
     /// having changed nothing, when `fp` is new, must be inserted and there is no `room`
     /// (the caller makes room first, on the general path).
-    #[inline]
+    ///
+    /// gcra, the algorithm to choose when unsure (docs/choosing-an-algorithm.md), is
+    /// checked inline in the caller: its decision is built in registers and written
+    /// straight into the verdict, with no call, no arguments through memory and no
+    /// 64-byte copy of the decision out of a callee's frame. The other six share one
+    /// out-of-line dispatch (inlining all seven made the caller slower: third pass).
+    #[inline(always)]
     pub(crate) fn check<P: Fn(Fingerprint) -> bool>(
         &mut self,
         fp: Fingerprint,
         c: OneCheck<P>,
         count: &mut usize,
-    ) -> Option<Decision> {
-        each_table!(self, |t| t.check(fp, c, count))
+        declined: &mut bool,
+    ) -> Decision {
+        match self {
+            AnyTable::Gcra(t) => t.check(fp, c, count, declined),
+            // The check's fields one by one: a `OneCheck` passed whole was built in memory
+            // before the branch, on gcra's path too.
+            _ => self.check_other(
+                fp,
+                (c.now, c.cost, c.max_delay, c.room),
+                c.pinned,
+                count,
+                declined,
+            ),
+        }
+    }
+
+    /// [`AnyTable::check`] for the algorithms other than gcra; `(now, cost, max_delay,
+    /// room)` and `pinned` are a [`OneCheck`]'s fields.
+    #[inline(never)]
+    fn check_other<P: Fn(Fingerprint) -> bool>(
+        &mut self,
+        fp: Fingerprint,
+        (now, cost, max_delay, room): (Micros, u64, Option<Micros>, bool),
+        pinned: P,
+        count: &mut usize,
+        declined: &mut bool,
+    ) -> Decision {
+        let c = OneCheck {
+            now,
+            cost,
+            max_delay,
+            room,
+            pinned,
+        };
+        each_table!(self, |t| t.check(fp, c, count, declined))
     }
 }
 
