@@ -248,7 +248,8 @@ fn write_head(
         }
     }
     if let Some(decision) = decision.filter(|d| !d.is_forbidden()) {
-        crate::header_lines::write_lines(sets, decision.verdict(), None, out);
+        let policy_field = decision.policy_field().map(http::HeaderValue::as_bytes);
+        crate::header_lines::write_lines(sets, decision.verdict(), policy_field, out);
     }
     head.finish(out)
 }
