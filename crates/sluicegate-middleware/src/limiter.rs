@@ -569,6 +569,14 @@ impl RateLimitDecision {
         headers::retry_after_secs(&self.verdict)
     }
 
+    /// The route's `RateLimit-Policy` value, rendered when the limiter was built (`None`
+    /// when no route matched or one of its policies is on a calendar): what
+    /// [`write_headers`](Self::write_headers) writes, for a caller that writes the fields
+    /// as bytes instead (the gateway's lean HTTP/1.1 path).
+    pub fn policy_field(&self) -> Option<&http::HeaderValue> {
+        self.parts.fields.as_ref().and_then(|f| f.policy_field())
+    }
+
     /// Writes the configured rate-limit headers (and `Retry-After` on a rejection).
     pub fn write_headers(&self, headers: &mut HeaderMap) {
         if self.forbidden {

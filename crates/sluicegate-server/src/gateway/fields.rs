@@ -47,10 +47,7 @@ impl<'h, 'a> Fields<'h, 'a> {
             entries: Vec::with_capacity(fields.len() + room),
         };
         for (i, field) in fields.iter().enumerate() {
-            if !fields[..i]
-                .iter()
-                .any(|f| f.name.eq_ignore_ascii_case(field.name))
-            {
+            if !fields[..i].iter().any(|f| same_name(f.name, field.name)) {
                 map.entries.push(Entry::Client(i));
             }
         }
@@ -66,13 +63,13 @@ impl<'h, 'a> Fields<'h, 'a> {
         let name = fields[first].name;
         fields[first..]
             .iter()
-            .filter(move |f| f.name.eq_ignore_ascii_case(name))
+            .filter(move |f| same_name(f.name, name))
             .map(|f| (f.name, f.value))
     }
 
     pub(super) fn position(&self, name: &str) -> Option<usize> {
         self.entries.iter().position(|entry| match *entry {
-            Entry::Client(i) => self.fields[i].name.eq_ignore_ascii_case(name),
+            Entry::Client(i) => same_name(self.fields[i].name, name),
             _ => false,
         })
     }
@@ -99,7 +96,7 @@ impl<'h, 'a> Fields<'h, 'a> {
         let fields: &'h [h1::Header<'a>] = self.fields;
         fields
             .iter()
-            .filter(move |f| held && f.name.eq_ignore_ascii_case(name))
+            .filter(move |f| held && same_name(f.name, name))
             .map(|f| f.value)
     }
 }
@@ -107,7 +104,8 @@ impl<'h, 'a> Fields<'h, 'a> {
 /// `strip_hop_by_hop` on the model: only when a hop-by-hop name is there, the names the
 /// `Connection` lines list (those `HeaderValue::to_str` reads), then the hop-by-hop ones.
 pub(super) fn strip_hop_by_hop(map: &mut Fields<'_, '_>) {
-    if !HOP_BY_HOP.iter().any(|name| map.position(name).is_some()) {
+    // Most heads carry none: one pass over the lines, not a search for each name.
+    if !map.fields.iter().any(|f| is_hop_by_hop(f.name)) {
         return;
     }
     let listed: Vec<&str> = map
@@ -123,5 +121,42 @@ pub(super) fn strip_hop_by_hop(map: &mut Fields<'_, '_>) {
     }
     for name in HOP_BY_HOP {
         map.remove(name);
+    }
+}
+
+/// Whether two names are the same (ASCII case ignored); the lengths first, which tell most
+/// names apart without a look at their bytes.
+fn same_name(a: &str, b: &str) -> bool {
+    a.len() == b.len() && a.eq_ignore_ascii_case(b)
+}
+
+/// Whether `name` is one of [`HOP_BY_HOP`] (compared only with those of its length).
+fn is_hop_by_hop(name: &str) -> bool {
+    let candidates: &[&str] = match name.len() {
+        2 => &["te"],
+        7 => &["trailer", "upgrade"],
+        10 => &["connection", "keep-alive"],
+        16 => &["proxy-connection"],
+        17 => &["transfer-encoding"],
+        18 => &["proxy-authenticate"],
+        19 => &["proxy-authorization"],
+        _ => return false,
+    };
+    candidates.iter().any(|c| name.eq_ignore_ascii_case(c))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hop_by_hop_names_are_found_by_length_then_bytes() {
+        for name in HOP_BY_HOP {
+            assert!(is_hop_by_hop(name), "{name}");
+            assert!(is_hop_by_hop(&name.to_ascii_uppercase()), "{name}");
+        }
+        for name in ["tf", "host", "keep-alivf", "x-forwarded-for", ""] {
+            assert!(!is_hop_by_hop(name), "{name}");
+        }
     }
 }

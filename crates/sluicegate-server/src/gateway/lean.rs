@@ -248,7 +248,8 @@ fn write_head(
         }
     }
     if let Some(decision) = decision.filter(|d| !d.is_forbidden()) {
-        crate::header_lines::write_lines(sets, decision.verdict(), None, out);
+        let policy_field = decision.policy_field().map(http::HeaderValue::as_bytes);
+        crate::header_lines::write_lines(sets, decision.verdict(), policy_field, out);
     }
     head.finish(out)
 }
@@ -262,15 +263,8 @@ fn write_upstream_head(out: &mut Vec<u8>, head: &h1::Head<'_>, upstream: &Uri, p
     let mut map = Fields::of(head.fields(), 4);
     let host = map.values("host").next();
     strip_hop_by_hop(&mut map);
-    let mut forwarded_for = Vec::with_capacity(64);
-    for line in map.values("x-forwarded-for") {
-        let line = line.trim_ascii();
-        if !line.is_empty() {
-            forwarded_for.extend_from_slice(line);
-            forwarded_for.extend_from_slice(b", ");
-        }
-    }
-    super::push_ip(&mut forwarded_for, peer.ip());
+    // The lines the client sent, if the map still holds them (written in place below).
+    let forwarded = map.position("x-forwarded-for").is_some();
     map.insert("x-forwarded-for", Entry::ForwardedFor);
     map.insert("x-forwarded-proto", Entry::ForwardedProto);
     if host.is_some() {
@@ -300,7 +294,19 @@ fn write_upstream_head(out: &mut Vec<u8>, head: &h1::Head<'_>, upstream: &Uri, p
                     line(out, name.as_bytes(), value);
                 }
             }
-            Entry::ForwardedFor => line(out, b"x-forwarded-for", &forwarded_for),
+            Entry::ForwardedFor => {
+                out.extend_from_slice(b"x-forwarded-for: ");
+                let lines = head.fields().iter().filter(|_| forwarded);
+                for field in lines.filter(|f| f.name.eq_ignore_ascii_case("x-forwarded-for")) {
+                    let value = field.value.trim_ascii();
+                    if !value.is_empty() {
+                        out.extend_from_slice(value);
+                        out.extend_from_slice(b", ");
+                    }
+                }
+                super::push_ip(out, peer.ip());
+                out.extend_from_slice(b"\r\n");
+            }
             Entry::ForwardedProto => line(out, b"x-forwarded-proto", b"http"),
             Entry::ForwardedHost => line(out, b"x-forwarded-host", host.unwrap_or_default()),
             Entry::Host => line(out, b"host", host_line.unwrap_or_default()),
