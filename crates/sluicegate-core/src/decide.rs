@@ -117,8 +117,14 @@ impl Decider {
     /// the verdict (the middleware refuses a delayed request when `max_waiting` is full)
     /// and then calls [`Decider::observe`] with the final one, so that metrics count what
     /// the client got.
+    ///
+    /// A store that answers at once ([`Store::check_immediate`]: the in-memory one) is
+    /// asked so, without a boxed future or a timeout's sleep: it cannot time out.
     pub async fn check_unobserved(&self, request: CheckRequest<'_>) -> Result<Decided, StoreError> {
-        let result = self.bounded(self.store.check(request)).await;
+        let result = match self.store.check_immediate(request) {
+            Some(result) => result,
+            None => self.bounded(self.store.check(request)).await,
+        };
         settle(result, || Verdict::store_failed(request.policies))
     }
 
@@ -285,6 +291,80 @@ mod tests {
                 .build()
                 .unwrap(),
         )
+    }
+
+    /// A memory store that answers at once, and never through `check` (which stays
+    /// pending, as a store past its timeout): the decider must take the immediate answer.
+    struct AtOnce(crate::MemoryStore);
+    impl Store for AtOnce {
+        fn check<'a>(&'a self, _: CheckRequest<'a>) -> BoxFuture<'a, Result<Verdict, StoreError>> {
+            Box::pin(std::future::pending())
+        }
+        fn check_immediate(
+            &self,
+            request: CheckRequest<'_>,
+        ) -> Option<Result<Verdict, StoreError>> {
+            self.0.check_immediate(request)
+        }
+        fn refund<'a>(
+            &'a self,
+            _: &'a [Arc<Policy>],
+            _: &'a str,
+            _: u64,
+        ) -> BoxFuture<'a, Result<(), StoreError>> {
+            Box::pin(std::future::pending())
+        }
+        fn reset<'a>(&'a self, _: &'a Policy, _: &'a str) -> BoxFuture<'a, Result<(), StoreError>> {
+            Box::pin(std::future::pending())
+        }
+        fn ping(&self) -> BoxFuture<'_, Result<(), StoreError>> {
+            Box::pin(std::future::pending())
+        }
+        fn kind(&self) -> &'static str {
+            "at-once"
+        }
+    }
+
+    #[test]
+    fn a_store_that_answers_at_once_is_asked_so_and_cannot_time_out() {
+        let seen = Arc::new(Seen::default());
+        let decider = Decider::new(Arc::new(AtOnce(crate::MemoryStore::new(100))))
+            .with_observer(Arc::clone(&seen) as Arc<dyn VerdictObserver>)
+            .with_timeout(Some(Duration::from_millis(5)), Arc::new(Elapsed));
+        let closed = [policy("closed", OnStoreError::Deny)];
+        let request = CheckRequest::new(&closed, "a", 1);
+        // The policy admits 5: the store's own decisions, not `on_store_error`'s.
+        for _ in 0..5 {
+            let decided = block_on(decider.check(request)).unwrap();
+            assert!(decided.verdict.allowed);
+            assert_eq!(decided.failure, None);
+        }
+        let denied = block_on(decider.check(request)).unwrap();
+        assert!(!denied.verdict.allowed);
+        assert_eq!(denied.failure, None);
+        let seen = seen.0.lock().unwrap();
+        assert_eq!(seen.len(), 6);
+        assert_eq!(seen[5].1, Outcome::Denied);
+    }
+
+    #[test]
+    fn the_memory_store_answers_at_once_as_through_check_and_arc_forwards_it() {
+        let (at_once, through_check) = (
+            Arc::new(crate::MemoryStore::new(100)),
+            crate::MemoryStore::new(100),
+        );
+        let policies = [policy("p", OnStoreError::Allow)];
+        for key in ["a", "a", "b", "a", "a", "a", "a", "b"] {
+            let request = CheckRequest::new(&policies, key, 1);
+            let immediate = Store::check_immediate(&at_once, request).expect("answers at once");
+            let checked = block_on(through_check.check(request));
+            assert_eq!(immediate.map(|v| v.allowed), checked.map(|v| v.allowed));
+        }
+        assert!(
+            Silent
+                .check_immediate(CheckRequest::new(&policies, "a", 1))
+                .is_none()
+        );
     }
 
     #[test]

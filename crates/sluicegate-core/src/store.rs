@@ -325,6 +325,14 @@ pub trait Store: Send + Sync + 'static {
     fn check<'a>(&'a self, request: CheckRequest<'a>)
     -> BoxFuture<'a, Result<Verdict, StoreError>>;
 
+    /// [`Store::check`] answered on the caller's thread, without a future, by a store that
+    /// never waits (the in-memory one); `None`, having done nothing, from a store that may
+    /// wait, which the caller then asks through [`Store::check`]. What it saves is the
+    /// boxed future (an allocation and a free a decision). Wrappers forward it.
+    fn check_immediate(&self, _request: CheckRequest<'_>) -> Option<Result<Verdict, StoreError>> {
+        None
+    }
+
     /// Decides many independent requests; the results are in request order. Stores that can
     /// (Redis) send them in one round trip.
     fn check_batch<'a>(
@@ -503,6 +511,9 @@ impl<S: Store + ?Sized> Store for Arc<S> {
         request: CheckRequest<'a>,
     ) -> BoxFuture<'a, Result<Verdict, StoreError>> {
         (**self).check(request)
+    }
+    fn check_immediate(&self, request: CheckRequest<'_>) -> Option<Result<Verdict, StoreError>> {
+        (**self).check_immediate(request)
     }
     fn check_batch<'a>(
         &'a self,

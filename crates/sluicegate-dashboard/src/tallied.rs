@@ -38,6 +38,9 @@ impl Store for Tallied {
     fn check<'a>(&'a self, r: CheckRequest<'a>) -> BoxFuture<'a, Result<Verdict, StoreError>> {
         self.inner.check(r)
     }
+    fn check_immediate(&self, r: CheckRequest<'_>) -> Option<Result<Verdict, StoreError>> {
+        self.inner.check_immediate(r)
+    }
     fn check_batch<'a>(
         &'a self,
         requests: &'a [CheckRequest<'a>],

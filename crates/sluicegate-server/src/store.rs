@@ -132,6 +132,12 @@ impl<S: Immediate> Store for Timed<S> {
             result
         })
     }
+    fn check_immediate(&self, request: CheckRequest<'_>) -> Option<Result<Verdict, StoreError>> {
+        let started = Instant::now();
+        let result = self.inner.check_now(request)?;
+        self.record(started, &result);
+        Some(result)
+    }
     fn check_batch<'a>(
         &'a self,
         requests: &'a [CheckRequest<'a>],

@@ -577,6 +577,10 @@ impl<C: Clock> Store for MemoryStore<C> {
         Box::pin(std::future::ready(result))
     }
 
+    fn check_immediate(&self, request: CheckRequest<'_>) -> Option<Result<Verdict, StoreError>> {
+        Some(self.check_now(request))
+    }
+
     fn check_keyed<'a>(
         &'a self,
         items: &'a [KeyedCheck<'a>],
