@@ -76,7 +76,7 @@ done
 {
   echo "# Latest benchmark run"
   echo
-  echo "Written by \`scripts/bench.sh ${*}\` on $started at commit \`$(git rev-parse --short HEAD)\`$(git diff --quiet || echo ' (with uncommitted changes)')."
+  echo "Written by \`scripts/bench.sh ${*}\` on $started at commit \`$(git rev-parse --short HEAD)\`$(git diff --quiet -- . ":(exclude)$OUT" || echo ' (with uncommitted changes)')."
   echo "Machine: $(nproc) vCPUs ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')), $(uname -sr);"
   echo "load average $load_before at the start, $(cut -d' ' -f1-3 /proc/loadavg) at the end."
   echo
