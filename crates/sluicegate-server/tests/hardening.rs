@@ -11,7 +11,9 @@ use axum::http::HeaderValue;
 use axum::response::Response;
 use reqwest::Client;
 use serde_json::Value;
-use sluicegate_testkit::{Sluicegate as Server, free_port, sluicegate_bin, write};
+use sluicegate_testkit::{
+    Sluicegate as Server, closed_by_server, free_port, sluicegate_bin, write,
+};
 
 /// Sends raw bytes, reads the whole answer (the request says `Connection: close`).
 fn raw(addr: SocketAddr, request: &[u8]) -> (u16, String) {
@@ -391,21 +393,6 @@ fn open_fds(pid: u32) -> usize {
     std::fs::read_dir(format!("/proc/{pid}/fd"))
         .map(|d| d.count())
         .unwrap_or(0)
-}
-
-/// Whether the server closed `stream` (EOF or reset), waiting up to `patience`.
-fn closed_by_server(stream: &mut TcpStream, patience: Duration) -> bool {
-    stream.set_read_timeout(Some(patience)).unwrap();
-    let mut buf = [0u8; 512];
-    loop {
-        match stream.read(&mut buf) {
-            Ok(0) => return true,
-            Ok(_) => continue, // a 408 or similar before closing is fine
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return false,
-            Err(e) if e.kind() == std::io::ErrorKind::TimedOut => return false,
-            Err(_) => return true,
-        }
-    }
 }
 
 /// Slowloris: many connections that never finish their head. The server holds at most

@@ -9,7 +9,9 @@ use std::net::{Shutdown, SocketAddr, TcpStream};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use sluicegate_testkit::{Sluicegate as Server, sluicegate_bin, wait_until, write};
+use sluicegate_testkit::{
+    Sluicegate as Server, closed_by_server, sluicegate_bin, wait_until, write,
+};
 
 const POLICIES: &str = r#"
 [[policies]]
@@ -394,21 +396,6 @@ fn pipelined_requests_are_answered_in_order() {
     }
     assert!(answers[4].contains("\"status\""), "{}", answers[4]);
     assert!(answers[5].contains("\"allowed\":false"), "{}", answers[5]);
-}
-
-/// Whether the server closed `stream` (EOF or reset), waiting up to `patience`.
-fn closed_by_server(stream: &mut TcpStream, patience: Duration) -> bool {
-    stream.set_read_timeout(Some(patience)).unwrap();
-    let mut buf = [0u8; 4096];
-    loop {
-        match stream.read(&mut buf) {
-            Ok(0) => return true,
-            Ok(_) => continue,
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return false,
-            Err(e) if e.kind() == std::io::ErrorKind::TimedOut => return false,
-            Err(_) => return true,
-        }
-    }
 }
 
 /// A head of `POST /v1/check` that never ends is cut at `header_read_timeout`, and so is a

@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::thread;
 use std::time::Duration;
 
-use sluicegate_testkit::{Sluicegate as Server, sluicegate_bin, write};
+use sluicegate_testkit::{Sluicegate as Server, closed_by_server, sluicegate_bin, write};
 
 /// The upstream's answer to a request for `path` (by its last segment): bytes to write,
 /// with pauses between the parts, and whether to close the connection after them.
@@ -492,21 +492,6 @@ fn odd_and_hostile_requests_get_hypers_answer() {
     ];
     for request in cases {
         same_on_both_paths(addr, &request);
-    }
-}
-
-/// Whether the server closed `stream` (EOF or reset), waiting up to `patience`.
-fn closed_by_server(stream: &mut TcpStream, patience: Duration) -> bool {
-    stream.set_read_timeout(Some(patience)).unwrap();
-    let mut buf = [0u8; 64 * 1024];
-    loop {
-        match stream.read(&mut buf) {
-            Ok(0) => return true,
-            Ok(_) => continue,
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return false,
-            Err(e) if e.kind() == std::io::ErrorKind::TimedOut => return false,
-            Err(_) => return true,
-        }
     }
 }
 

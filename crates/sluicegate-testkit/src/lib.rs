@@ -27,7 +27,9 @@ pub mod tls;
 pub use envoy::{Envoy, envoy_binary, rate_limited_bootstrap, start_upstream};
 pub use http::{ok_count, statuses};
 pub use load::storm;
-pub use net::{eventually, free_port, read_request_head, wait_for_port, wait_until};
+pub use net::{
+    closed_by_server, eventually, free_port, read_request_head, wait_for_port, wait_until,
+};
 pub use nginx::Nginx;
 pub use observe::Counting;
 pub use policy::{policy, policy_with, shared_policy};

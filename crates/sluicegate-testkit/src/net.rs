@@ -1,5 +1,6 @@
 //! Loopback ports and condition polling (tests wait for conditions, never for luck).
 
+use std::io::Read;
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
@@ -74,6 +75,24 @@ pub async fn read_request_head(
         match socket.read(&mut chunk).await {
             Ok(0) | Err(_) => return None,
             Ok(n) => buf.extend_from_slice(&chunk[..n]),
+        }
+    }
+}
+
+/// Whether the server closed `stream` (EOF or reset), waiting up to `patience` and reading
+/// past whatever it sends first (a 408, or the rest of a large body).
+pub fn closed_by_server(stream: &mut TcpStream, patience: Duration) -> bool {
+    stream
+        .set_read_timeout(Some(patience))
+        .expect("set a read timeout");
+    let mut buf = [0u8; 16 * 1024];
+    loop {
+        match stream.read(&mut buf) {
+            Ok(0) => return true,
+            Ok(_) => continue,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return false,
+            Err(e) if e.kind() == std::io::ErrorKind::TimedOut => return false,
+            Err(_) => return true,
         }
     }
 }
