@@ -33,7 +33,7 @@ use tokio::net::TcpStream;
 pub use body::LaneBody;
 pub use chunked::{Chunked, Decoded};
 pub use head::{Framing, Parsed as ParsedHead, Response as ResponseHead};
-pub use head::{decode as decode_head, parse as parse_head};
+pub use head::{decode as decode_head, frame as frame_head, parse as parse_head};
 
 /// The head hyper's client path writes for `parts` (the lean front's tests compare theirs).
 #[cfg(test)]
