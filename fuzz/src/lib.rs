@@ -191,7 +191,11 @@ pub fn client_ip(data: &[u8]) {
         })
         .collect();
     let fields = sluicegate_middleware::FieldLines(&lines);
-    assert_eq!(identity.client_addr(peer, &fields), addr, "the field lines' client differs");
+    assert_eq!(
+        identity.client_addr(peer, &fields),
+        addr,
+        "the field lines' client differs"
+    );
     if !identity.is_trusted(peer) {
         assert_eq!(addr, peer, "an untrusted peer named another client");
         return;

@@ -435,10 +435,7 @@ fn the_key_is_read_from_the_field_lines_as_from_the_map() {
     let dir = tempfile::tempdir().unwrap();
     let server = start(&dir, upstream(), "");
     let addr = server.gateway.unwrap();
-    for fields in [
-        "x-key: second\r\n",
-        "X-KEY: second\r\nx-kEy: third\r\n",
-    ] {
+    for fields in ["x-key: second\r\n", "X-KEY: second\r\nx-kEy: third\r\n"] {
         for _ in 0..2 {
             let three = get("/limited/echo", fields).repeat(3);
             let answer = same_on_both_ways(addr, &three, true, true);
