@@ -62,7 +62,7 @@ pub use headers::{HeaderSet, RejectionBody};
 pub use identity::{ClientIdentity, ClientIpHeader, KeyContext, KeyExtractor, RouteKey};
 pub use layer::{HeldBody, PeerAddr, RateLimitLayer, RateLimitService};
 pub use lease::{LeaseBody, LeaseGuard};
-pub use limiter::{RateLimitDecision, RateLimiter, TokioTimer, WaitQueue};
+pub use limiter::{CheckNow, RateLimitDecision, RateLimiter, TokioTimer, WaitQueue};
 pub use metrics::MetricsObserver;
 pub use pool::{PermitBody, Pool, PoolBindError, PoolPermit, PoolRejected, PoolStatus};
 pub use route::{
