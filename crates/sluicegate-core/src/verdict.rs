@@ -86,7 +86,9 @@ impl Outcome {
 /// ```
 #[derive(Clone)]
 pub enum PolicyArc<'p> {
-    /// The caller's policy, held for as long as the verdict lives.
+    /// The caller's policy, held for as long as the verdict lives; in an owned verdict
+    /// ([`MemoryStore::check_now`]'s), the process's immortal copy of the policy, equal to
+    /// the caller's (no reference count to keep).
     Borrowed(&'p Arc<Policy>),
     /// A policy of the verdict's own.
     Owned(Arc<Policy>),

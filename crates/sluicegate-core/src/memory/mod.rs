@@ -93,6 +93,16 @@ const BYTES_PER_STATE: usize = 128;
 /// Smallest share of `max_memory` a shard gets (the shard count shrinks to keep it).
 const MIN_SHARD_BYTES: usize = 64 * 1024;
 
+/// How a verdict that owns its policies holds `policy`: by the process's immortal copy
+/// of it when there is one (no reference count), else by a clone of the caller's `Arc`.
+#[inline(always)]
+fn owned(policy: &Arc<Policy>, pinned: Option<&'static Arc<Policy>>) -> PolicyArc<'static> {
+    match pinned {
+        Some(copy) => PolicyArc::Borrowed(copy),
+        None => PolicyArc::Owned(Arc::clone(policy)),
+    }
+}
+
 /// State for every policy in process memory.
 ///
 /// ```
@@ -217,9 +227,14 @@ impl<C: Clock> MemoryStore<C> {
     /// Always, not left to rustc: with more than one caller it kept `check_now` out of
     /// line, and the verdict then went through memory once more (538 against 461
     /// instructions a gcra check, core.md's fifth pass); the one-policy path is small.
+    ///
+    /// The verdict owns its policy without touching the caller's `Arc`: it refers to the
+    /// process's immortal copy of the policy (an equal one, kept for the store's registry:
+    /// no reference count, no locked instruction), and clones the `Arc` only past the
+    /// bound on such copies or for several policies.
     #[inline(always)]
     pub fn check_now(&self, request: CheckRequest<'_>) -> Result<Verdict, StoreError> {
-        self.check_with(request, |policy| PolicyArc::Owned(Arc::clone(policy)))
+        self.check_with(request, owned)
     }
 
     /// [`MemoryStore::check_now`] with a verdict that refers to the request's policies
@@ -244,23 +259,23 @@ impl<C: Clock> MemoryStore<C> {
         &self,
         request: CheckRequest<'a>,
     ) -> Result<VerdictOf<'a>, StoreError> {
-        self.check_with(request, PolicyArc::Borrowed)
+        self.check_with(request, |policy, _| PolicyArc::Borrowed(policy))
     }
 
-    /// The check, each decided policy held in the verdict as `hold` makes it.
+    /// The check, each decided policy held in the verdict as `hold` makes it (given the
+    /// process's immortal copy of the policy, when there is one).
     #[inline(always)]
     fn check_with<'a, 'v>(
         &self,
         request: CheckRequest<'a>,
-        hold: impl Fn(&'a Arc<Policy>) -> PolicyArc<'v> + Copy,
+        hold: impl Fn(&'a Arc<Policy>, Option<&'static Arc<Policy>>) -> PolicyArc<'v> + Copy,
     ) -> Result<VerdictOf<'v>, StoreError> {
         if let [policy] = request.policies {
             // `CheckRequest::validate` for one policy (no duplicate possible).
             crate::store::check_key(request.key)?;
             crate::store::check_cost(policy, request.cost)?;
             let now = self.clock.now();
-            let decision = self.decide_one(policy, request.key, request.cost, now);
-            return Ok(VerdictOf::one(hold(policy), decision, now));
+            return Ok(self.verdict_one(policy, request.key, request.cost, now, hold));
         }
         self.check_many(request, hold)
     }
@@ -270,7 +285,7 @@ impl<C: Clock> MemoryStore<C> {
     fn check_many<'a, 'v>(
         &self,
         request: CheckRequest<'a>,
-        hold: impl Fn(&'a Arc<Policy>) -> PolicyArc<'v> + Copy,
+        hold: impl Fn(&'a Arc<Policy>, Option<&'static Arc<Policy>>) -> PolicyArc<'v> + Copy,
     ) -> Result<VerdictOf<'v>, StoreError> {
         request.validate()?;
         let items: Vec<KeyedCheck<'a>> = request
@@ -284,11 +299,26 @@ impl<C: Clock> MemoryStore<C> {
     /// [`Store::check_keyed`], synchronously: each policy under its own key and cost.
     pub fn check_keyed_now(&self, items: &[KeyedCheck<'_>]) -> Result<Verdict, StoreError> {
         KeyedCheck::validate_all(items)?;
-        Ok(self.decide(items, |policy| PolicyArc::Owned(Arc::clone(policy))))
+        Ok(self.decide(items, owned))
     }
 
     fn shard_of(&self, fp: Fingerprint) -> usize {
         fp.shard(self.shards.len())
+    }
+
+    /// The verdict of one policy, held as `hold` makes it ([`MemoryStore::check_with`]).
+    #[inline(always)]
+    fn verdict_one<'a, 'v>(
+        &self,
+        policy: &'a Arc<Policy>,
+        key: &str,
+        cost: u64,
+        now: Micros,
+        hold: impl Fn(&'a Arc<Policy>, Option<&'static Arc<Policy>>) -> PolicyArc<'v>,
+    ) -> VerdictOf<'v> {
+        let placed = self.registry.place(policy);
+        let decision = self.decide_one(placed.r, policy, key, cost, now);
+        VerdictOf::one(hold(policy, placed.pinned), decision, now)
     }
 
     /// One policy: one lock, one probe of the key's cells, no allocation. A shard holding
@@ -296,8 +326,14 @@ impl<C: Clock> MemoryStore<C> {
     /// steps ([`StoreShard::decide_general`], out of line), as several policies do.
     /// Always inlined: a call here moved the 64-byte decision through the stack twice.
     #[inline(always)]
-    fn decide_one(&self, policy: &Arc<Policy>, key: &str, cost: u64, now: Micros) -> Decision {
-        let r = self.registry.get_or_add(policy);
+    fn decide_one(
+        &self,
+        r: PolicyRef,
+        policy: &Arc<Policy>,
+        key: &str,
+        cost: u64,
+        now: Micros,
+    ) -> Decision {
         let fp = self.hasher.fingerprint(key);
         let target = Target {
             r,
@@ -319,12 +355,11 @@ impl<C: Clock> MemoryStore<C> {
     fn decide<'a, 'v>(
         &self,
         items: &[KeyedCheck<'a>],
-        hold: impl Fn(&'a Arc<Policy>) -> PolicyArc<'v>,
+        hold: impl Fn(&'a Arc<Policy>, Option<&'static Arc<Policy>>) -> PolicyArc<'v>,
     ) -> VerdictOf<'v> {
         let now = self.clock.now();
         if let [item] = items {
-            let decision = self.decide_one(item.policy, item.key, item.cost, now);
-            return VerdictOf::one(hold(item.policy), decision, now);
+            return self.verdict_one(item.policy, item.key, item.cost, now, hold);
         }
         let parts: Vec<(PolicyRef, Fingerprint, usize)> = items
             .iter()
@@ -368,7 +403,7 @@ impl<C: Clock> MemoryStore<C> {
                     numbers: numbers_of(i),
                 };
                 let d = guards[guard(*s)].evaluate(target, now, item.cost);
-                (hold(item.policy), d, item.cost)
+                (hold(item.policy, None), d, item.cost)
             })
             .collect();
         let mut verdict = VerdictOf::combine_of(decided);

@@ -5,9 +5,9 @@
 use std::cell::Cell;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Weak};
+use std::sync::{Arc, LazyLock, Weak};
 
-use parking_lot::RwLock;
+use parking_lot::{Mutex, RwLock};
 
 use crate::policy::{CountingKey, Policy};
 
@@ -27,13 +27,54 @@ pub(crate) struct PolicyRef {
 /// Most `Arc<Policy>` allocations remembered by address (see [`Registry::get_or_add`]).
 const MAX_REMEMBERED: usize = 4096;
 
+/// Most distinct policies the process keeps a copy of for its whole life ([`pinned`]).
+const MAX_PINNED: usize = 1024;
+
+/// A policy's place, and the process's immortal copy of it when there is one ([`pinned`]).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Placed {
+    pub(crate) r: PolicyRef,
+    pub(crate) pinned: Option<&'static Arc<Policy>>,
+}
+
+/// The process's copies of the policies its stores decided, by content.
+static PINNED: LazyLock<Mutex<HashMap<Policy, &'static Arc<Policy>>>> =
+    LazyLock::new(Mutex::default);
+
+/// A copy of `policy` that lives as long as the process, equal to it, shared by every
+/// store and thread; `None` once [`MAX_PINNED`] distinct policies are kept.
+///
+/// Why: a verdict that owns its policy ([`MemoryStore::check_now`], what the server calls)
+/// cloned the caller's `Arc` into it, and the caller dropped it: two locked instructions a
+/// decision, on a line every thread shares, which cost as much as the rest of a one-policy
+/// check on a virtual machine (core.md, fourth pass). A reference to an immortal copy is
+/// `'static` without a reference count. The copy is a new allocation, not a clone of the
+/// caller's `Arc`, so the caller's counts are untouched; equal policies share one copy,
+/// so a configuration reloaded unchanged adds nothing, and the bound caps what a caller
+/// making ever new policies can keep alive (≈ 1,024 policies, a few hundred KB), past
+/// which verdicts clone the `Arc` as before.
+///
+/// [`MemoryStore::check_now`]: super::MemoryStore::check_now
+fn pinned(policy: &Policy) -> Option<&'static Arc<Policy>> {
+    let mut pinned = PINNED.lock();
+    if let Some(copy) = pinned.get(policy) {
+        return Some(*copy);
+    }
+    if pinned.len() >= MAX_PINNED {
+        return None;
+    }
+    let copy: &'static Arc<Policy> = Box::leak(Box::new(Arc::new(policy.clone())));
+    pinned.insert(policy.clone(), copy);
+    Some(copy)
+}
+
 #[derive(Debug, Default)]
 struct Inner {
     by_policy: HashMap<CountingKey, PolicyRef>,
     /// By the address of the caller's `Arc<Policy>`: a lookup without hashing the whole
     /// policy. The `Weak` keeps the allocation, so the address cannot be reused by another
     /// policy while it is here.
-    by_address: HashMap<usize, (Weak<Policy>, PolicyRef), foldhash::fast::RandomState>,
+    by_address: HashMap<usize, (Weak<Policy>, Placed), foldhash::fast::RandomState>,
     free: Vec<usize>,
     next_index: usize,
     next_id: u64,
@@ -76,7 +117,7 @@ struct Cached {
     tag: u64,
     address: usize,
     epoch: u64,
-    r: PolicyRef,
+    placed: Placed,
 }
 
 /// Places cached per thread, by address (direct-mapped: a route's few policies fit).
@@ -94,10 +135,13 @@ thread_local! {
                 tag: 0,
                 address: 0,
                 epoch: 0,
-                r: PolicyRef {
-                    index: 0,
-                    id: 0,
-                    lineage: 0,
+                placed: Placed {
+                    r: PolicyRef {
+                        index: 0,
+                        id: 0,
+                        lineage: 0,
+                    },
+                    pinned: None,
                 },
             })
         }; CACHED]
@@ -117,32 +161,40 @@ impl Registry {
     /// thread's cache answers before that.
     #[inline]
     pub(crate) fn get_or_add(&self, policy: &Arc<Policy>) -> PolicyRef {
+        self.place(policy).r
+    }
+
+    /// [`Registry::get_or_add`], with the process's immortal copy of the policy ([`pinned`])
+    /// when its address is remembered (a copy found while the epoch is unchanged is of the
+    /// same policy: the address still names it).
+    #[inline]
+    pub(crate) fn place(&self, policy: &Arc<Policy>) -> Placed {
         let address = Arc::as_ptr(policy) as usize;
         let epoch = self.epoch.load(Ordering::Acquire);
         let cached = CACHE.with(|c| c[slot(address)].get());
         if cached.tag == self.tag && cached.address == address && cached.epoch == epoch {
-            return cached.r;
+            return cached.placed;
         }
         self.lookup(policy, address)
     }
 
-    /// [`Registry::get_or_add`] without the thread's cache; fills it.
-    fn lookup(&self, policy: &Arc<Policy>, address: usize) -> PolicyRef {
-        let remember = |epoch: u64, r: PolicyRef| {
+    /// [`Registry::place`] without the thread's cache; fills it.
+    fn lookup(&self, policy: &Arc<Policy>, address: usize) -> Placed {
+        let remember = |epoch: u64, placed: Placed| {
             let entry = Cached {
                 tag: self.tag,
                 address,
                 epoch,
-                r,
+                placed,
             };
             CACHE.with(|c| c[slot(address)].set(entry));
         };
         {
             let inner = self.inner.read();
-            if let Some((_, r)) = inner.by_address.get(&address) {
+            if let Some((_, placed)) = inner.by_address.get(&address) {
                 // The epoch moves only under the write lock: it is the one of this answer.
-                remember(self.epoch.load(Ordering::Acquire), *r);
-                return *r;
+                remember(self.epoch.load(Ordering::Acquire), *placed);
+                return *placed;
             }
         }
         let mut inner = self.inner.write();
@@ -182,12 +234,19 @@ impl Registry {
             return held;
         }
         if inner.by_address.len() < MAX_REMEMBERED {
+            // Only for a remembered address: a caller making a new `Arc` per request is
+            // not copied per request.
+            let placed = Placed {
+                r,
+                pinned: pinned(policy),
+            };
             inner
                 .by_address
-                .insert(address, (Arc::downgrade(policy), r));
-            remember(self.epoch.load(Ordering::Acquire), r);
+                .insert(address, (Arc::downgrade(policy), placed));
+            remember(self.epoch.load(Ordering::Acquire), placed);
+            return placed;
         }
-        r
+        Placed { r, pinned: None }
     }
 
     /// The place of `policy` if it is registered.
@@ -239,7 +298,7 @@ impl Registry {
         let current: Vec<PolicyRef> = inner.by_policy.values().copied().collect();
         inner
             .by_address
-            .retain(|_, (weak, r)| weak.strong_count() > 0 && current.contains(r));
+            .retain(|_, (weak, placed)| weak.strong_count() > 0 && current.contains(&placed.r));
         dropped
     }
 
