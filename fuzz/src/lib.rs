@@ -149,7 +149,8 @@ fn same_as_serde(data: &[u8]) {
 /// Client identity behind trusted proxies (`X-Forwarded-For`, `Forwarded`, `X-Real-IP`):
 /// the first byte picks the header and the peer, the rest is split into header lines at
 /// `\n`. The client is the peer or an address written in the header, never anything else;
-/// an untrusted peer is always its own client; IPv6 is cut to the prefix.
+/// an untrusted peer is always its own client; IPv6 is cut to the prefix; the same lines
+/// read as a head's field lines name the same client.
 pub fn client_ip(data: &[u8]) {
     let Some((&pick, rest)) = data.split_first() else {
         return;
@@ -178,6 +179,23 @@ pub fn client_ip(data: &[u8]) {
     }
     let addr = identity.client_addr(peer, &headers);
     assert_eq!(identity.client_ip(peer, &headers), identity.mask(addr));
+    // The same lines as a head's field lines (the lean paths' entry, names in mixed case,
+    // lines a map refuses included): the same client.
+    let upper = header.name().to_ascii_uppercase();
+    let lines: Vec<httparse::Header<'_>> = rest
+        .split(|b| *b == b'\n')
+        .enumerate()
+        .map(|(i, value)| httparse::Header {
+            name: if i % 2 == 0 { header.name() } else { &upper },
+            value,
+        })
+        .collect();
+    let fields = sluicegate_middleware::FieldLines(&lines);
+    assert_eq!(
+        identity.client_addr(peer, &fields),
+        addr,
+        "the field lines' client differs"
+    );
     if !identity.is_trusted(peer) {
         assert_eq!(addr, peer, "an untrusted peer named another client");
         return;

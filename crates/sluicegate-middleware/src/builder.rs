@@ -11,7 +11,7 @@ use sluicegate_core::{
 
 use crate::access::AccessList;
 use crate::headers::HeaderSet;
-use crate::identity::{ClientIdentity, ClientIpHeader, KeyExtractor, RouteKey};
+use crate::identity::{ClientIdentity, ClientIpHeader, KeyExtractor};
 use crate::limiter::{RateLimiter, TokioTimer};
 use crate::route::{RouteError, RouteSpec, RouteTable};
 
@@ -65,7 +65,8 @@ pub struct RateLimiterBuilder {
     identity: ClientIdentity,
     header_sets: Vec<HeaderSet>,
     observer: Arc<dyn VerdictObserver>,
-    extractor: Arc<dyn KeyExtractor>,
+    /// `None`: the routes' own keys.
+    extractor: Option<Arc<dyn KeyExtractor>>,
     store_timeout: Option<Duration>,
     pools: Vec<Arc<crate::Pool>>,
     access: AccessList,
@@ -82,7 +83,7 @@ impl RateLimiterBuilder {
             identity: ClientIdentity::default(),
             header_sets: HeaderSet::DEFAULT.to_vec(),
             observer: Arc::new(NoObserver),
-            extractor: Arc::new(RouteKey),
+            extractor: None,
             store_timeout: None,
             pools: Vec::new(),
             access: AccessList::default(),
@@ -169,7 +170,7 @@ impl RateLimiterBuilder {
 
     /// Forms client keys differently from the routes' `key`.
     pub fn key_extractor(mut self, extractor: Arc<dyn KeyExtractor>) -> Self {
-        self.extractor = extractor;
+        self.extractor = Some(extractor);
         self
     }
 
@@ -193,11 +194,10 @@ impl RateLimiterBuilder {
         let decider = Decider::new(self.store)
             .with_observer(self.observer)
             .with_timeout(self.store_timeout, Arc::new(TokioTimer));
-        Ok(
-            RateLimiter::new(decider, routes, self.identity, self.header_sets)
-                .with_key_extractor(self.extractor)
-                .with_access(self.access)
-                .with_pools(&self.pools)?,
-        )
+        let mut limiter = RateLimiter::new(decider, routes, self.identity, self.header_sets);
+        if let Some(extractor) = self.extractor {
+            limiter = limiter.with_key_extractor(extractor);
+        }
+        Ok(limiter.with_access(self.access).with_pools(&self.pools)?)
     }
 }

@@ -11,6 +11,7 @@ use http::{HeaderMap, HeaderName, Method};
 use ipnet::{IpNet, Ipv6Net};
 use sluicegate_core::store::MAX_KEY_LEN;
 
+use crate::lookup::{HeaderLookup, visible_ascii};
 use crate::route::{KeySpec, Route};
 
 /// How the client IP is found: the peer, or what trusted proxies say.
@@ -161,21 +162,22 @@ impl ClientIdentity {
     /// good address, which is never the trusted peer when the header named anything good.
     /// IPv4-mapped IPv6 addresses count as IPv4; IPv6 addresses are cut to
     /// [`ipv6_prefix`](Self::ipv6_prefix).
-    pub fn client_ip(&self, peer: IpAddr, headers: &HeaderMap) -> IpAddr {
+    pub fn client_ip<H: HeaderLookup + ?Sized>(&self, peer: IpAddr, headers: &H) -> IpAddr {
         self.mask(self.client_addr(peer, headers))
     }
 
     /// The client's address as [`client_ip`](Self::client_ip) finds it, before IPv6 is cut
     /// to the prefix: what allow and deny lists match.
-    pub fn client_addr(&self, peer: IpAddr, headers: &HeaderMap) -> IpAddr {
+    pub fn client_addr<H: HeaderLookup + ?Sized>(&self, peer: IpAddr, headers: &H) -> IpAddr {
         let mut current = canonical(peer);
         if !self.is_trusted(current) {
             return current;
         }
         let parse = self.header.parser();
         // Walk right to left, straight off the header bytes: no allocation per request.
-        for value in headers.get_all(self.header.header()).iter().rev() {
-            for entry in value.as_bytes().rsplit(|b| *b == b',') {
+        let name = self.header.header();
+        for value in headers.values(&name).rev() {
+            for entry in value.rsplit(|b| *b == b',') {
                 if entry.iter().all(u8::is_ascii_whitespace) {
                     continue; // "a,,b" or a trailing comma: nothing said, nothing spoiled
                 }
@@ -402,6 +404,28 @@ impl KeyExtractor for RouteKey {
 /// query parameter or cookie the spec names (or whose key would be over 1024 bytes) is
 /// keyed by IP; a composite is keyed by IP when any of its parts is missing.
 pub fn route_key(spec: &KeySpec, request: &KeyContext<'_>) -> String {
+    let inputs = KeyInputs {
+        headers: request.headers,
+        query: request.query,
+        client_ip: request.client_ip,
+        identity: request.identity,
+    };
+    route_key_of(spec, &inputs)
+}
+
+/// What the standard keys read of a request, from any [`HeaderLookup`].
+pub(crate) struct KeyInputs<'a, H: ?Sized> {
+    pub(crate) headers: &'a H,
+    pub(crate) query: Option<&'a str>,
+    pub(crate) client_ip: IpAddr,
+    pub(crate) identity: &'a ClientIdentity,
+}
+
+/// [`route_key`] on any [`HeaderLookup`]: the one place the standard keys are formed.
+pub(crate) fn route_key_of<H: HeaderLookup + ?Sized>(
+    spec: &KeySpec,
+    request: &KeyInputs<'_, H>,
+) -> String {
     let ip_key = || request.identity.ip_key(request.client_ip);
     let key = match spec {
         KeySpec::Composite(parts) => composite_key(parts, request),
@@ -413,15 +437,20 @@ pub fn route_key(spec: &KeySpec, request: &KeyContext<'_>) -> String {
 
 /// One part's key, prefixed by its kind so that no value can name another kind's state
 /// (a header value is never an IP key); `None` when the request lacks it.
-fn part_key(spec: &KeySpec, request: &KeyContext<'_>) -> Option<String> {
+fn part_key<H: HeaderLookup + ?Sized>(
+    spec: &KeySpec,
+    request: &KeyInputs<'_, H>,
+) -> Option<String> {
     match spec {
         KeySpec::Ip => Some(request.identity.ip_key(request.client_ip)),
         KeySpec::Global => Some("global".to_owned()),
         KeySpec::Header(name) => {
+            // The first line only, as `HeaderMap::get` reads.
             let value = request
                 .headers
-                .get(name)
-                .and_then(|v| v.to_str().ok())
+                .values(name)
+                .next()
+                .and_then(visible_ascii)
                 .map(str::trim)
                 .filter(|v| !v.is_empty())?;
             Some(format!("header:{}:{value}", name.as_str()))
@@ -433,9 +462,8 @@ fn part_key(spec: &KeySpec, request: &KeyContext<'_>) -> Option<String> {
         KeySpec::Cookie(name) => {
             let lines = request
                 .headers
-                .get_all(http::header::COOKIE)
-                .into_iter()
-                .filter_map(|v| v.to_str().ok());
+                .values(&http::header::COOKIE)
+                .filter_map(visible_ascii);
             let value = crate::key::cookie_value(lines, name)?;
             Some(format!("cookie:{name}:{value}"))
         }
@@ -444,7 +472,10 @@ fn part_key(spec: &KeySpec, request: &KeyContext<'_>) -> Option<String> {
 }
 
 /// The parts' keys joined by `+`, each escaped so that the join is unambiguous.
-fn composite_key(parts: &[KeySpec], request: &KeyContext<'_>) -> Option<String> {
+fn composite_key<H: HeaderLookup + ?Sized>(
+    parts: &[KeySpec],
+    request: &KeyInputs<'_, H>,
+) -> Option<String> {
     let mut out = String::new();
     for (i, part) in parts.iter().enumerate() {
         if i > 0 {

@@ -49,6 +49,7 @@ pub mod key;
 pub mod layer;
 pub mod lease;
 pub mod limiter;
+pub mod lookup;
 pub mod metrics;
 pub mod path;
 pub mod pool;
@@ -63,6 +64,7 @@ pub use identity::{ClientIdentity, ClientIpHeader, KeyContext, KeyExtractor, Rou
 pub use layer::{HeldBody, PeerAddr, RateLimitLayer, RateLimitService};
 pub use lease::{LeaseBody, LeaseGuard};
 pub use limiter::{CheckNow, RateLimitDecision, RateLimiter, TokioTimer, WaitQueue};
+pub use lookup::{FieldLines, HeaderLookup};
 pub use metrics::MetricsObserver;
 pub use pool::{PermitBody, Pool, PoolBindError, PoolPermit, PoolRejected, PoolStatus};
 pub use route::{

@@ -18,7 +18,8 @@ use sluicegate_core::{
 use crate::access::{ACCESS_TOTAL, Access, AccessList};
 use crate::builder::RateLimiterBuilder;
 use crate::headers::{self, HeaderSet};
-use crate::identity::{ClientIdentity, KeyContext, KeyExtractor, RouteKey};
+use crate::identity::{ClientIdentity, KeyContext, KeyExtractor, KeyInputs, route_key_of};
+use crate::lookup::{FieldLines, HeaderLookup};
 use crate::pool::{Pool, PoolBindError, PoolBinding, PoolPermit, PoolRejected};
 use crate::route::{Route, RouteTable};
 
@@ -58,7 +59,8 @@ pub struct RateLimiter {
     routes: RouteTable,
     identity: ClientIdentity,
     header_sets: Arc<[HeaderSet]>,
-    extractor: Arc<dyn KeyExtractor>,
+    /// `None`: the routes' own keys ([`RouteKey`](crate::RouteKey)), formed on any [`HeaderLookup`].
+    extractor: Option<Arc<dyn KeyExtractor>>,
     last_store_warning: AtomicU64,
     /// What each route's decisions share, by route index (see [`DecisionParts`]).
     parts: Vec<Arc<DecisionParts>>,
@@ -151,6 +153,34 @@ impl Timer for TokioTimer {
     }
 }
 
+/// Where [`RateLimiter::key_request`] got: decided without the store, or a key to check.
+enum Keyed<'r> {
+    Decided(Option<RateLimitDecision>),
+    Check(&'r Route, String),
+}
+
+/// What a key is formed from, besides the fields: the normal path, the query, the client.
+struct Keying<'a> {
+    path: &'a str,
+    query: Option<&'a str>,
+    client_ip: IpAddr,
+}
+
+impl<'a> Keying<'a> {
+    fn inputs<H: HeaderLookup + ?Sized>(
+        &self,
+        headers: &'a H,
+        identity: &'a ClientIdentity,
+    ) -> KeyInputs<'a, H> {
+        KeyInputs {
+            headers,
+            query: self.query,
+            client_ip: self.client_ip,
+            identity,
+        }
+    }
+}
+
 impl std::fmt::Debug for RateLimiter {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RateLimiter")
@@ -190,7 +220,7 @@ impl RateLimiter {
             routes,
             identity,
             header_sets,
-            extractor: Arc::new(RouteKey),
+            extractor: None,
             last_store_warning: AtomicU64::new(0),
             parts: Vec::new(),
             unrouted,
@@ -241,9 +271,9 @@ impl RateLimiter {
         self
     }
 
-    /// Replaces the key extractor (default: [`RouteKey`], the route's `key`).
+    /// Replaces the key extractor (default: [`RouteKey`](crate::RouteKey), the route's `key`).
     pub fn with_key_extractor(mut self, extractor: Arc<dyn KeyExtractor>) -> RateLimiter {
-        self.extractor = extractor;
+        self.extractor = Some(extractor);
         self
     }
 
@@ -297,10 +327,12 @@ impl RateLimiter {
         headers: &HeaderMap,
         peer: IpAddr,
     ) -> Option<RateLimitDecision> {
-        match self.prepare(method, target, headers, peer) {
-            Prepared::Unlimited => None,
-            Prepared::Decided(decision) => Some(decision),
-            Prepared::Limit(route, key) => Some(self.check_key(route, key).await),
+        let keyed = self.key_request(method, target, headers, peer, |route, request| {
+            self.header_map_key(method, headers, peer, route, request)
+        });
+        match keyed {
+            Keyed::Decided(decision) => decision,
+            Keyed::Check(route, key) => Some(self.check_key(route, key).await),
         }
     }
 
@@ -318,25 +350,84 @@ impl RateLimiter {
         headers: &HeaderMap,
         peer: IpAddr,
     ) -> CheckNow {
-        match self.prepare(method, target, headers, peer) {
-            Prepared::Unlimited => CheckNow::Unlimited,
-            Prepared::Decided(decision) => CheckNow::Decided(decision),
-            Prepared::Limit(route, key) => match self.check_key_now(route, key) {
+        let keyed = self.key_request(method, target, headers, peer, |route, request| {
+            self.header_map_key(method, headers, peer, route, request)
+        });
+        match keyed {
+            Keyed::Decided(None) => CheckNow::Unlimited,
+            Keyed::Decided(Some(decision)) => CheckNow::Decided(decision),
+            Keyed::Check(route, key) => match self.check_key_now(route, key) {
                 Some(decision) => CheckNow::Decided(decision),
                 None => CheckNow::Later,
             },
         }
     }
 
-    /// Everything of a check that needs no store: the route, the allow and deny lists, the
-    /// client key.
-    fn prepare<'a>(
-        &'a self,
+    /// The key of a request with a `HeaderMap`: the route's, or the custom extractor's.
+    fn header_map_key(
+        &self,
         method: &Method,
-        target: &str,
         headers: &HeaderMap,
         peer: IpAddr,
-    ) -> Prepared<'a> {
+        route: &Route,
+        request: &Keying<'_>,
+    ) -> Option<String> {
+        let Some(extractor) = &self.extractor else {
+            return Some(route_key_of(
+                route.key(),
+                &request.inputs(headers, &self.identity),
+            ));
+        };
+        let context = KeyContext {
+            method,
+            path: request.path,
+            query: request.query,
+            headers,
+            peer,
+            client_ip: request.client_ip,
+            identity: &self.identity,
+        };
+        extractor.key(route, &context)
+    }
+
+    /// [`check`](Self::check) for a request whose head was parsed from bytes: the same
+    /// decision, read off its field lines without building a `HeaderMap` (route conditions,
+    /// the client's address and the key go through [`HeaderLookup`], written once for
+    /// both). A custom [`KeyExtractor`] reads a `HeaderMap`: with one, the map is built.
+    pub async fn check_fields(
+        &self,
+        method: &Method,
+        target: &str,
+        fields: FieldLines<'_, '_>,
+        peer: IpAddr,
+    ) -> Option<RateLimitDecision> {
+        if self.extractor.is_some() {
+            return self
+                .check(method, target, &fields.to_header_map(), peer)
+                .await;
+        }
+        let keyed = self.key_request(method, target, &fields, peer, |route, request| {
+            Some(route_key_of(
+                route.key(),
+                &request.inputs(&fields, &self.identity),
+            ))
+        });
+        match keyed {
+            Keyed::Decided(decision) => decision,
+            Keyed::Check(route, key) => Some(self.check_key(route, key).await),
+        }
+    }
+
+    /// What [`check`](Self::check) and [`check_fields`](Self::check_fields) share before the
+    /// store: the route, the access lists, the key (`key`, given the route and the request).
+    fn key_request<'s, H: HeaderLookup + ?Sized>(
+        &'s self,
+        method: &Method,
+        target: &str,
+        headers: &H,
+        peer: IpAddr,
+        key: impl FnOnce(&Route, &Keying<'_>) -> Option<String>,
+    ) -> Keyed<'s> {
         let (path, query) = match target.split_once('?') {
             Some((path, query)) => (path, Some(query)),
             None => (target, None),
@@ -349,33 +440,28 @@ impl RateLimiter {
             Access::Limited => {}
             Access::Allowed => {
                 metrics::counter!(ACCESS_TOTAL, "list" => "allow").increment(1);
-                return Prepared::Unlimited;
+                return Keyed::Decided(None);
             }
             Access::Denied => {
                 metrics::counter!(ACCESS_TOTAL, "list" => "deny").increment(1);
-                return Prepared::Decided(self.forbidden(route, addr));
+                return Keyed::Decided(Some(self.forbidden(route, addr)));
             }
         }
         let Some(route) = route else {
-            return Prepared::Unlimited;
+            return Keyed::Decided(None);
         };
-        let client_ip = self.identity.mask(addr);
-        let context = KeyContext {
-            method,
+        let request = Keying {
             path: &path,
             query,
-            headers,
-            peer,
-            client_ip,
-            identity: &self.identity,
+            client_ip: self.identity.mask(addr),
         };
-        let Some(mut key) = self.extractor.key(route, &context) else {
-            return Prepared::Unlimited;
+        let Some(mut key) = key(route, &request) else {
+            return Keyed::Decided(None);
         };
         if check_key(&key).is_err() {
-            key = self.identity.ip_key(client_ip);
+            key = self.identity.ip_key(request.client_ip);
         }
-        Prepared::Limit(route, key)
+        Keyed::Check(route, key)
     }
 
     /// The decision for a client on a deny list: nothing asked of the store.
@@ -554,14 +640,6 @@ pub enum CheckNow {
     /// The store answers only through a future: nothing was consumed; await
     /// [`RateLimiter::check`].
     Later,
-}
-
-/// A request before the store is asked.
-enum Prepared<'a> {
-    Unlimited,
-    /// Decided without the store (a client on a deny list).
-    Decided(RateLimitDecision),
-    Limit(&'a Route, String),
 }
 
 /// Every HTTP request weighs one.

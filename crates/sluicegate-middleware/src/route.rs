@@ -27,12 +27,13 @@ use std::fmt;
 use std::str::FromStr;
 use std::sync::Arc;
 
-use http::{HeaderMap, HeaderName, HeaderValue, Method};
+use http::{HeaderName, HeaderValue, Method};
 use ipnet::IpNet;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use sluicegate_core::Policy;
 
 use crate::access::AccessList;
+use crate::lookup::HeaderLookup;
 
 /// How a route turns a request into a client key.
 ///
@@ -629,13 +630,18 @@ impl Route {
 
     /// Whether the route applies to this request; `path` must be in normal form
     /// ([`normalize_path`](crate::path::normalize_path); [`RouteTable::find`] does it).
-    pub fn matches(&self, method: &Method, path: &str, headers: &HeaderMap) -> bool {
+    pub fn matches<H: HeaderLookup + ?Sized>(
+        &self,
+        method: &Method,
+        path: &str,
+        headers: &H,
+    ) -> bool {
         path_matches(&self.path, path, self.case_insensitive)
             && self.methods.as_ref().is_none_or(|m| m.contains(method))
             && self
                 .headers
                 .iter()
-                .all(|(name, value)| headers.get_all(name).iter().any(|v| v == value))
+                .all(|(name, value)| headers.values(name).any(|v| v == value.as_bytes()))
     }
 }
 
@@ -742,17 +748,22 @@ impl RouteTable {
     /// The most specific route matching the request, if any. `path` is put in normal form
     /// first ([`normalize_path`](crate::path::normalize_path)); it costs no allocation when
     /// it already is.
-    pub fn find(&self, method: &Method, path: &str, headers: &HeaderMap) -> Option<&Route> {
+    pub fn find<H: HeaderLookup + ?Sized>(
+        &self,
+        method: &Method,
+        path: &str,
+        headers: &H,
+    ) -> Option<&Route> {
         self.find_normal(method, &crate::path::normalize_path(path), headers)
     }
 
     /// [`find`](Self::find) for a path already in normal form (the limiter normalises it
     /// once for routes and key extractors alike).
-    pub(crate) fn find_normal(
+    pub(crate) fn find_normal<H: HeaderLookup + ?Sized>(
         &self,
         method: &Method,
         path: &str,
-        headers: &HeaderMap,
+        headers: &H,
     ) -> Option<&Route> {
         if self.routes.len() <= SCAN_LIMIT {
             return self
@@ -790,6 +801,7 @@ impl RouteTable {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use http::HeaderMap;
     use sluicegate_core::AlgorithmKind;
     use std::time::Duration;
 

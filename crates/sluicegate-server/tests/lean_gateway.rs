@@ -425,6 +425,25 @@ fn proxied_answers_are_hypers_byte_for_byte() {
     assert!(answer.contains("429 Too Many Requests"), "{answer}");
 }
 
+/// The decision reads the field lines on the lean path (no `HeaderMap`): the key is the
+/// first `X-Key` line whatever the case of the others, as on hyper's path. Each case runs
+/// twice: a path that took another line would spend the shared `second` bucket, and the
+/// second run's answers would differ from hyper's. (The two entries are compared over
+/// hostile heads in `sluicegate-middleware`'s `tests/field_lines.rs`.)
+#[test]
+fn the_key_is_read_from_the_field_lines_as_from_the_map() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = start(&dir, upstream(), "");
+    let addr = server.gateway.unwrap();
+    for fields in ["x-key: second\r\n", "X-KEY: second\r\nx-kEy: third\r\n"] {
+        for _ in 0..2 {
+            let three = get("/limited/echo", fields).repeat(3);
+            let answer = same_on_both_ways(addr, &three, true, true);
+            assert!(answer.contains("429 Too Many Requests"), "{answer}");
+        }
+    }
+}
+
 /// A broken upstream body breaks the client's the same way on both paths (no complete
 /// response, no hang).
 #[test]

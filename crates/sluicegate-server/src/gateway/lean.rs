@@ -11,8 +11,10 @@
 //! hyper's, as before: `accepts` says no before anything is decided, so a request is
 //! never decided twice.
 //!
-//! **The same bytes as hyper's path.** The decision gets the `HeaderMap` hyper would have
-//! built (the limiter and the key extractors read it); the upstream head is the one
+//! **The same bytes as hyper's path.** The decision reads the field lines through the
+//! limiter's `check_fields`, which decides as `check` does on the `HeaderMap` hyper would
+//! have built (the rules are shared; `sluicegate-middleware`'s `tests/field_lines.rs`
+//! holds the two entries to the same decisions); the upstream head is the one
 //! `to_upstream` and the lane's `write_request` make, field for field in the `HeaderMap`'s
 //! order — which its removals change (`swap_remove`), so the order is modelled with the
 //! same operations ([`Fields`]); the response head is the lane's `HeaderMap` after the same
@@ -25,12 +27,12 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use axum::body::Body;
-use http::{HeaderMap, HeaderName, HeaderValue, Method, Uri};
+use http::{Method, Uri};
 
-use super::fields::{Entry, Fields, strip_hop_by_hop};
+use super::fields::{Entry, Fields, Offsets, strip_hop_by_hop};
 use super::{Gateway, Worker};
 use crate::h1;
-use sluicegate_middleware::{LeaseGuard, PoolPermit, RateLimitDecision};
+use sluicegate_middleware::{FieldLines, LeaseGuard, PoolPermit, RateLimitDecision};
 
 use crate::lane::{Framing, LaneError};
 use crate::upstream::{Exchanged, UpstreamError};
@@ -93,12 +95,12 @@ async fn answer(
         return whole(out, super::bad_gateway()).await;
     };
     let (head, peer) = (request.head, request.peer);
-    let headers = header_map(head);
+    // Decided on the field lines as parsed: the limiter reads them as it would the map.
+    let fields = FieldLines(head.fields());
     let decision = runtime
         .limiter
-        .check(&Method::GET, head.path(), &headers, peer.ip())
+        .check_fields(&Method::GET, head.path(), fields, peer.ip())
         .await;
-    drop(headers);
     let held = match super::admit(decision.as_ref()).await {
         Ok(held) => held,
         Err(refused) => return whole(out, refused).await,
@@ -108,12 +110,16 @@ async fn answer(
         tracing::warn!(upstream = %config.upstream, "upstream changed under a request; answered 502");
         return whole(out, super::bad_gateway()).await;
     }
-    let mut upstream_head = Vec::with_capacity(head.len() + 96);
-    write_upstream_head(&mut upstream_head, head, &config.upstream, peer);
+    // The upstream head is written at the end of the output buffer (the connection's, kept
+    // between requests) and cut off it once sent: no buffer of its own a request.
+    let start = out.len();
+    write_upstream_head(out, head, &config.upstream, peer);
     let deadline = tokio::time::Instant::now() + config.upstream_timeout;
-    let get = crate::lane::Request::Get(&upstream_head);
+    let get = crate::lane::Request::Get(&out[start..]);
+    let exchanged = worker.upstream.exchange_lane(config, get, deadline).await;
+    out.truncate(start);
     let sets = runtime.limiter.header_sets();
-    match worker.upstream.exchange_lane(config, get, deadline).await {
+    match exchanged {
         Ok(sent) => match pass_on(out, (worker, sets), sent, decision.as_ref(), held) {
             Ok(tail) => tail,
             Err(e) => {
@@ -129,20 +135,6 @@ async fn answer(
         }
         Err(e) => whole(out, super::failed(config, &e, decision.as_ref())).await,
     }
-}
-
-/// The request's fields as hyper's `HeaderMap` holds them (for the decision).
-fn header_map(head: &h1::Head<'_>) -> HeaderMap {
-    let mut map = HeaderMap::with_capacity(head.fields().len());
-    for field in head.fields() {
-        // `httparse` admits only what these admit (tokens; no control bytes but tab).
-        let name = HeaderName::from_bytes(field.name.as_bytes());
-        let value = HeaderValue::from_bytes(field.value);
-        if let (Ok(name), Ok(value)) = (name, value) {
-            map.append(name, value);
-        }
-    }
-    map
 }
 
 /// A response the gateway made itself (429, 502, 504), as hyper writes it.
@@ -226,24 +218,17 @@ fn write_head(
     decision: Option<&RateLimitDecision>,
     sets: &[sluicegate_core::render::HeaderSet],
 ) -> Option<bool> {
-    let offsets = sent.conn.offsets();
-    let mut slots = [h1::EMPTY_HEADER; crate::lane::MAX_HEADERS];
-    for (slot, &[name_start, name_end, value_start, value_end]) in slots.iter_mut().zip(offsets) {
-        // A token (ASCII) by `httparse`'s rules.
-        let name = std::str::from_utf8(&sent.head[name_start..name_end]).unwrap_or_default();
-        *slot = h1::Header {
-            name,
-            value: &sent.head[value_start..value_end],
-        };
-    }
-    let fields = &slots[..offsets.len().min(slots.len())];
-    let mut map = Fields::of(fields, 0);
+    let lines = Offsets {
+        head: &sent.head,
+        offsets: sent.conn.offsets(),
+    };
+    let mut map = Fields::of(lines);
     strip_hop_by_hop(&mut map);
     let mut head = h1::ProxiedHead::new(out, status, body_length(framing));
-    for entry in &map.entries {
+    for entry in map.entries() {
         if let Entry::Client(first) = *entry {
             for (i, (name, value)) in map.lines(first).enumerate() {
-                head.field(out, name.as_bytes(), value, i == 0);
+                head.field(out, name, value, i == 0);
             }
         }
     }
@@ -260,20 +245,20 @@ fn write_head(
 /// `X-Forwarded-Proto: http`, `X-Forwarded-Host` and `Host` (the client's, else the
 /// upstream's authority). Names lower-case, as the map writes them.
 fn write_upstream_head(out: &mut Vec<u8>, head: &h1::Head<'_>, upstream: &Uri, peer: SocketAddr) {
-    let mut map = Fields::of(head.fields(), 4);
-    let host = map.values("host").next();
+    let mut map = Fields::of(head.fields());
+    let host = map.values(b"host").next();
     strip_hop_by_hop(&mut map);
     // The lines the client sent, if the map still holds them (written in place below).
-    let forwarded = map.position("x-forwarded-for").is_some();
-    map.insert("x-forwarded-for", Entry::ForwardedFor);
-    map.insert("x-forwarded-proto", Entry::ForwardedProto);
+    let forwarded = map.position(b"x-forwarded-for").is_some();
+    map.insert(b"x-forwarded-for", Entry::ForwardedFor);
+    map.insert(b"x-forwarded-proto", Entry::ForwardedProto);
     if host.is_some() {
-        map.insert("x-forwarded-host", Entry::ForwardedHost);
+        map.insert(b"x-forwarded-host", Entry::ForwardedHost);
     }
     let authority = upstream.authority().map(|a| a.as_str().as_bytes());
     let host_line = host.or(authority);
     if host_line.is_some() {
-        map.insert("host", Entry::Host);
+        map.insert(b"host", Entry::Host);
     }
 
     out.extend_from_slice(b"GET ");
@@ -282,16 +267,19 @@ fn write_upstream_head(out: &mut Vec<u8>, head: &h1::Head<'_>, upstream: &Uri, p
     out.extend_from_slice(head.path().as_bytes());
     out.extend_from_slice(b" HTTP/1.1\r\n");
     let line = |out: &mut Vec<u8>, name: &[u8], value: &[u8]| {
-        out.extend(name.iter().map(u8::to_ascii_lowercase));
+        // Copied, then lower-cased in place: cheaper than a byte at a time.
+        let at = out.len();
+        out.extend_from_slice(name);
+        out[at..].make_ascii_lowercase();
         out.extend_from_slice(b": ");
         out.extend_from_slice(value);
         out.extend_from_slice(b"\r\n");
     };
-    for entry in &map.entries {
+    for entry in map.entries() {
         match *entry {
             Entry::Client(first) => {
                 for (name, value) in map.lines(first) {
-                    line(out, name.as_bytes(), value);
+                    line(out, name, value);
                 }
             }
             Entry::ForwardedFor => {
