@@ -67,7 +67,8 @@ pub fn limited_service(
     ServiceBuilder::new()
         .map_response(IntoResponse::into_response)
         .layer(RateLimitLayer::new(limiter(header_sets)))
-        .service(layer_app())
+        // As `axum::serve` would: the handlers made routes once, not per request.
+        .service(layer_app().with_state(()))
 }
 
 /// [`layer_app`] through `Router::layer` with a layer that does nothing (tower's

@@ -121,11 +121,23 @@ impl Decider {
     /// A store that answers at once ([`Store::check_immediate`]: the in-memory one) is
     /// asked so, without a boxed future or a timeout's sleep: it cannot time out.
     pub async fn check_unobserved(&self, request: CheckRequest<'_>) -> Result<Decided, StoreError> {
-        let result = match self.store.check_immediate(request) {
-            Some(result) => result,
-            None => self.bounded(self.store.check(request)).await,
-        };
+        if let Some(decided) = self.check_now_unobserved(request) {
+            return decided;
+        }
+        let result = self.bounded(self.store.check(request)).await;
         settle(result, || Verdict::store_failed(request.policies))
+    }
+
+    /// [`Decider::check_unobserved`] answered on the caller's thread by a store that answers
+    /// at once ([`Store::check_immediate`]); `None`, having done nothing, when the store
+    /// answers only through a future. For a caller with no future of its own to put the
+    /// decision in (the tower layer decides in `Service::call`).
+    pub fn check_now_unobserved(
+        &self,
+        request: CheckRequest<'_>,
+    ) -> Option<Result<Decided, StoreError>> {
+        let result = self.store.check_immediate(request)?;
+        Some(settle(result, || Verdict::store_failed(request.policies)))
     }
 
     /// Decides independent requests in one store call; answers in request order, each as

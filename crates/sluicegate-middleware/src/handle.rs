@@ -37,6 +37,12 @@ impl LimiterHandle {
         self.0.load_full()
     }
 
+    /// The current limiter without counting a reference (arc-swap's guard): for a request
+    /// that is decided before its future is made.
+    pub(crate) fn current(&self) -> arc_swap::Guard<Arc<RateLimiter>> {
+        self.0.load()
+    }
+
     /// Replaces the limiter.
     pub fn replace(&self, limiter: RateLimiter) {
         self.0.store(Arc::new(limiter));

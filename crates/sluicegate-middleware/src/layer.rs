@@ -3,6 +3,7 @@
 use std::future::Future;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::pin::Pin;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Context, Poll};
 
@@ -13,7 +14,7 @@ use tower::{Layer, Service};
 
 use crate::handle::LimiterHandle;
 use crate::lease::LeaseBody;
-use crate::limiter::RateLimiter;
+use crate::limiter::{CheckNow, RateLimitDecision, RateLimiter};
 use crate::pool::PermitBody;
 
 /// Puts a [`RateLimiter`] in front of a service.
@@ -100,12 +101,73 @@ pub struct RateLimitService<S> {
 /// slot until it has been sent to the end (or dropped), then frees both.
 pub type HeldBody<B> = LeaseBody<PermitBody<B>>;
 
-/// The boxed future of [`RateLimitService`].
-pub type ResponseFuture<B, E> = Pin<
-    Box<
-        dyn Future<Output = Result<Response<Either<HeldBody<B>, Full<Bytes>>>, E>> + Send + 'static,
-    >,
->;
+/// The response of [`RateLimitService`].
+pub type LimitedResponse<B> = Response<Either<HeldBody<B>, Full<Bytes>>>;
+
+type Boxed<B, E> = Pin<Box<dyn Future<Output = Result<LimitedResponse<B>, E>> + Send + 'static>>;
+
+pin_project_lite::pin_project! {
+    /// The future of [`RateLimitService`]. A request the limiter decides at once (the
+    /// in-memory store) and that waits for nothing is the inner service's own future plus
+    /// the decision, whose headers it writes on the response: no allocation, no clone of the
+    /// inner service. A request that waits (delay mode, a pool, a store that answers later)
+    /// runs in a boxed future.
+    pub struct ResponseFuture<F, B, E> {
+        #[pin]
+        kind: Kind<F, B, E>,
+    }
+}
+
+pin_project_lite::pin_project! {
+    #[project = KindProj]
+    enum Kind<F, B, E> {
+        // Forwarded at once: `decision` is `None` for a request no limit applies to.
+        Inner {
+            #[pin]
+            future: F,
+            decision: Option<Admitted>,
+        },
+        // Answered by the limiter (429, 403).
+        Answered { response: Option<Response<Full<Bytes>>> },
+        Waiting { future: Boxed<B, E> },
+    }
+}
+
+/// An admitted request's decision and the leases it holds while the inner service works.
+struct Admitted {
+    decision: RateLimitDecision,
+    guard: Option<crate::LeaseGuard>,
+}
+
+impl<F, B, E> Future for ResponseFuture<F, B, E>
+where
+    F: Future<Output = Result<Response<B>, E>>,
+{
+    type Output = Result<LimitedResponse<B>, E>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        match self.project().kind.project() {
+            KindProj::Inner { future, decision } => {
+                let response = std::task::ready!(future.poll(cx))?;
+                Poll::Ready(Ok(match decision.take() {
+                    Some(admitted) => finish(response, admitted.decision, admitted.guard, None),
+                    None => response.map(|body| Either::Left(held(body, None, None))),
+                }))
+            }
+            KindProj::Answered { response } => match response.take() {
+                Some(response) => Poll::Ready(Ok(response.map(Either::Right))),
+                None => panic!("ResponseFuture polled after it completed"),
+            },
+            KindProj::Waiting { future } => future.as_mut().poll(cx),
+        }
+    }
+}
+
+impl<F, B, E> std::fmt::Debug for ResponseFuture<F, B, E> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ResponseFuture").finish_non_exhaustive()
+    }
+}
 
 impl<S, ReqBody, ResBody> Service<Request<ReqBody>> for RateLimitService<S>
 where
@@ -114,57 +176,141 @@ where
     ReqBody: Send + 'static,
     ResBody: 'static,
 {
-    type Response = Response<Either<HeldBody<ResBody>, Full<Bytes>>>;
+    type Response = LimitedResponse<ResBody>;
     type Error = S::Error;
-    type Future = ResponseFuture<ResBody, S::Error>;
+    type Future = ResponseFuture<S::Future, ResBody, S::Error>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         self.inner.poll_ready(cx)
     }
 
     fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
-        // The clone that was polled ready is the one to call (tower's usual swap).
-        let clone = self.inner.clone();
-        let mut inner = std::mem::replace(&mut self.inner, clone);
-        let limiter = self.handle.load();
-        Box::pin(async move {
-            let peer = peer_addr(request.extensions());
-            let decision = limiter
-                .check(
-                    request.method(),
-                    request.uri().path_and_query().map_or("/", |p| p.as_str()),
-                    request.headers(),
-                    peer,
-                )
-                .await;
-            let Some(decision) = decision else {
-                let response = inner.call(request).await?;
-                return Ok(response.map(|body| Either::Left(held(body, None, None))));
-            };
-            if !decision.is_allowed() {
-                return Ok(decision.rejection().map(Either::Right));
+        let limiter = self.handle.current();
+        let peer = peer_addr(request.extensions());
+        let checked = limiter.check_now(
+            request.method(),
+            request.uri().path_and_query().map_or("/", |p| p.as_str()),
+            request.headers(),
+            peer,
+        );
+        let kind = match checked {
+            // `inner` is the service `poll_ready` polled: called here, it needs no clone.
+            CheckNow::Unlimited => Kind::Inner {
+                future: self.inner.call(request),
+                decision: None,
+            },
+            CheckNow::Decided(decision) if !decision.is_allowed() => Kind::Answered {
+                response: Some(decision.rejection()),
+            },
+            CheckNow::Decided(decision) if decision.answers_at_once() => {
+                // Held from here: if the inner service fails or the future is dropped, the
+                // guard frees the leases; else the body does when it ends.
+                let guard = decision.lease_guard();
+                Kind::Inner {
+                    future: self.inner.call(request),
+                    decision: Some(Admitted { decision, guard }),
+                }
             }
-            // Held from here: if the wait is cancelled, the inner service fails or this
-            // future is dropped, the guard frees the leases; else the body does when it ends.
-            let guard = decision.lease_guard();
-            decision.wait().await;
-            // The pool's slot, like the leases, is held until the response body ends: a
-            // streamed body still occupies the upstream. An error from the inner service
-            // drops it here.
-            let permit = match decision.enter_pool().await {
-                Ok(permit) => permit,
-                Err(rejected) => return Ok(rejected.response().map(Either::Right)),
-            };
-            let mut response = inner.call(request).await?;
-            decision.write_headers(response.headers_mut());
-            // The route's `settle` and `count`, from the response head (and body).
-            let tap = decision.after_response().and_then(|(settler, after)| {
-                let status = response.status();
-                settler.on_head(&after, status, response.headers_mut())
-            });
-            Ok(response.map(|body| Either::Left(held(body, guard, permit).with_tap(tap))))
-        })
+            CheckNow::Decided(decision) => Kind::Waiting {
+                future: Box::pin(admit(self.take_inner(), request, decision)),
+            },
+            CheckNow::Later => {
+                let limiter = arc_swap::Guard::into_inner(limiter);
+                Kind::Waiting {
+                    future: Box::pin(check_later(self.take_inner(), request, limiter, peer)),
+                }
+            }
+        };
+        ResponseFuture { kind }
     }
+}
+
+impl<S: Clone> RateLimitService<S> {
+    /// The inner service that was polled ready, for a future that calls it later; a clone
+    /// takes its place (tower's usual swap).
+    fn take_inner(&mut self) -> S {
+        let clone = self.inner.clone();
+        std::mem::replace(&mut self.inner, clone)
+    }
+}
+
+/// A request whose store answers only through a future: decided, then admitted or not.
+async fn check_later<S, ReqBody, ResBody>(
+    inner: S,
+    request: Request<ReqBody>,
+    limiter: Arc<RateLimiter>,
+    peer: IpAddr,
+) -> Result<LimitedResponse<ResBody>, S::Error>
+where
+    S: Service<Request<ReqBody>, Response = Response<ResBody>>,
+{
+    let decision = limiter
+        .check(
+            request.method(),
+            request.uri().path_and_query().map_or("/", |p| p.as_str()),
+            request.headers(),
+            peer,
+        )
+        .await;
+    match decision {
+        None => {
+            let response = called(inner, request).await?;
+            Ok(response.map(|body| Either::Left(held(body, None, None))))
+        }
+        Some(decision) if !decision.is_allowed() => Ok(decision.rejection().map(Either::Right)),
+        Some(decision) => admit(inner, request, decision).await,
+    }
+}
+
+/// An admitted request: its wait (delay mode), its pool slot, the inner service, the
+/// headers.
+async fn admit<S, ReqBody, ResBody>(
+    inner: S,
+    request: Request<ReqBody>,
+    decision: RateLimitDecision,
+) -> Result<LimitedResponse<ResBody>, S::Error>
+where
+    S: Service<Request<ReqBody>, Response = Response<ResBody>>,
+{
+    // Held from here: if the wait is cancelled, the inner service fails or this future is
+    // dropped, the guard frees the leases; else the body does when it ends.
+    let guard = decision.lease_guard();
+    decision.wait().await;
+    // The pool's slot, like the leases, is held until the response body ends: a streamed
+    // body still occupies the upstream. An error from the inner service drops it here.
+    let permit = match decision.enter_pool().await {
+        Ok(permit) => permit,
+        Err(rejected) => return Ok(rejected.response().map(Either::Right)),
+    };
+    let response = called(inner, request).await?;
+    Ok(finish(response, decision, guard, permit))
+}
+
+/// Calls `inner`, which was polled ready before it was taken.
+async fn called<S, ReqBody, ResBody>(
+    mut inner: S,
+    request: Request<ReqBody>,
+) -> Result<Response<ResBody>, S::Error>
+where
+    S: Service<Request<ReqBody>, Response = Response<ResBody>>,
+{
+    inner.call(request).await
+}
+
+/// An admitted request's response: the rate-limit headers, the route's `settle` and
+/// `count` (from the response head and body), the leases and pool slot held by the body.
+fn finish<B>(
+    mut response: Response<B>,
+    decision: RateLimitDecision,
+    guard: Option<crate::LeaseGuard>,
+    permit: Option<crate::PoolPermit>,
+) -> LimitedResponse<B> {
+    decision.write_headers(response.headers_mut());
+    let tap = decision.after_response().and_then(|(settler, after)| {
+        let status = response.status();
+        settler.on_head(&after, status, response.headers_mut())
+    });
+    response.map(|body| Either::Left(held(body, guard, permit).with_tap(tap)))
 }
 
 fn held<B>(

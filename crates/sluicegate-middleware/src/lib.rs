@@ -63,7 +63,7 @@ pub use headers::{HeaderSet, RejectionBody};
 pub use identity::{ClientIdentity, ClientIpHeader, KeyContext, KeyExtractor, RouteKey};
 pub use layer::{HeldBody, PeerAddr, RateLimitLayer, RateLimitService};
 pub use lease::{LeaseBody, LeaseGuard};
-pub use limiter::{RateLimitDecision, RateLimiter, TokioTimer, WaitQueue};
+pub use limiter::{CheckNow, RateLimitDecision, RateLimiter, TokioTimer, WaitQueue};
 pub use lookup::{FieldLines, HeaderLookup};
 pub use metrics::MetricsObserver;
 pub use pool::{PermitBody, Pool, PoolBindError, PoolPermit, PoolRejected, PoolStatus};

@@ -328,27 +328,66 @@ impl RateLimiter {
         peer: IpAddr,
     ) -> Option<RateLimitDecision> {
         let keyed = self.key_request(method, target, headers, peer, |route, request| {
-            let Some(extractor) = &self.extractor else {
-                return Some(route_key_of(
-                    route.key(),
-                    &request.inputs(headers, &self.identity),
-                ));
-            };
-            let context = KeyContext {
-                method,
-                path: request.path,
-                query: request.query,
-                headers,
-                peer,
-                client_ip: request.client_ip,
-                identity: &self.identity,
-            };
-            extractor.key(route, &context)
+            self.header_map_key(method, headers, peer, route, request)
         });
         match keyed {
             Keyed::Decided(decision) => decision,
             Keyed::Check(route, key) => Some(self.check_key(route, key).await),
         }
+    }
+
+    /// [`check`](Self::check) without a future, for a caller that decides in a
+    /// synchronous function (the tower layer's `Service::call`): the decision when the
+    /// store answers at once (the in-memory one, [`Store::check_immediate`]), else
+    /// [`CheckNow::Later`], having consumed nothing, and the caller then awaits
+    /// [`check`](Self::check) (which finds the route and forms the key again). A route with
+    /// a delay-mode policy under a `max_waiting` bound is always `Later`: refusing a
+    /// request when the queue is full gives its turn back to the store, which may wait.
+    pub fn check_now(
+        &self,
+        method: &Method,
+        target: &str,
+        headers: &HeaderMap,
+        peer: IpAddr,
+    ) -> CheckNow {
+        let keyed = self.key_request(method, target, headers, peer, |route, request| {
+            self.header_map_key(method, headers, peer, route, request)
+        });
+        match keyed {
+            Keyed::Decided(None) => CheckNow::Unlimited,
+            Keyed::Decided(Some(decision)) => CheckNow::Decided(decision),
+            Keyed::Check(route, key) => match self.check_key_now(route, key) {
+                Some(decision) => CheckNow::Decided(decision),
+                None => CheckNow::Later,
+            },
+        }
+    }
+
+    /// The key of a request with a `HeaderMap`: the route's, or the custom extractor's.
+    fn header_map_key(
+        &self,
+        method: &Method,
+        headers: &HeaderMap,
+        peer: IpAddr,
+        route: &Route,
+        request: &Keying<'_>,
+    ) -> Option<String> {
+        let Some(extractor) = &self.extractor else {
+            return Some(route_key_of(
+                route.key(),
+                &request.inputs(headers, &self.identity),
+            ));
+        };
+        let context = KeyContext {
+            method,
+            path: request.path,
+            query: request.query,
+            headers,
+            peer,
+            client_ip: request.client_ip,
+            identity: &self.identity,
+        };
+        extractor.key(route, &context)
     }
 
     /// [`check`](Self::check) for a request whose head was parsed from bytes: the same
@@ -395,7 +434,7 @@ impl RateLimiter {
         };
         // One normal form for routes and key extractors alike (see `crate::path`).
         let path = crate::path::normalize_path(path);
-        let route = self.routes.find(method, &path, headers);
+        let route = self.routes.find_normal(method, &path, headers);
         let addr = self.identity.client_addr(peer, headers);
         match self.access.judge(addr, route.and_then(Route::access)) {
             Access::Limited => {}
@@ -449,30 +488,8 @@ impl RateLimiter {
     pub async fn check_key(&self, route: &Route, key: String) -> RateLimitDecision {
         let policies = route.policies();
         let request = CheckRequest::new(policies, &key, route.cost());
-        // The caller's mistakes (a key the stores refuse) are answered like a store failure:
-        // an HTTP client must never see a 500 for them. Errors of the configuration or the
-        // code fail closed (`Verdict::store_error`): they must never open the gate.
-        // Observed below, once the wait queue has had its say: a delayed request refused by
-        // max_waiting counts as denied, not delayed.
-        let decided = self
-            .decider
-            .check_unobserved(request)
-            .await
-            .unwrap_or_else(|error| {
-                let verdict = if error.is_bad_request() {
-                    Verdict::store_failed(policies)
-                } else {
-                    Verdict::store_error(policies, &error)
-                };
-                sluicegate_core::Decided {
-                    verdict,
-                    failure: Some(error),
-                }
-            });
-        if let Some(error) = &decided.failure {
-            self.warn_store_error(error);
-        }
-        let mut verdict = decided.verdict;
+        let decided = self.decider.check_unobserved(request).await;
+        let mut verdict = self.settled(policies, decided);
         let mut wait_place = None;
         if verdict.allowed && verdict.delay > 0 {
             match self.wait_queue.as_ref().map(WaitQueue::try_enter) {
@@ -484,6 +501,58 @@ impl RateLimiter {
                 None => {}
             }
         }
+        self.conclude(route, key, verdict, wait_place)
+    }
+
+    /// [`check_key`](Self::check_key) when the store answers at once and no wait queue can
+    /// refuse the request; `None`, having consumed nothing, otherwise.
+    fn check_key_now(&self, route: &Route, key: String) -> Option<RateLimitDecision> {
+        let policies = route.policies();
+        // Only a delay-mode policy delays (an override keeps the policy's mode).
+        if self.wait_queue.is_some() && policies.iter().any(|p| p.delay_budget().is_some()) {
+            return None;
+        }
+        let request = CheckRequest::new(policies, &key, route.cost());
+        let decided = self.decider.check_now_unobserved(request)?;
+        let verdict = self.settled(policies, decided);
+        Some(self.conclude(route, key, verdict, None))
+    }
+
+    /// The verdict of a store's answer: the caller's mistakes (a key the stores refuse) are
+    /// answered like a store failure (an HTTP client must never see a 500 for them); errors
+    /// of the configuration or the code fail closed (`Verdict::store_error`): they must
+    /// never open the gate.
+    fn settled(
+        &self,
+        policies: &[Arc<Policy>],
+        decided: Result<sluicegate_core::Decided, StoreError>,
+    ) -> Verdict {
+        let decided = decided.unwrap_or_else(|error| {
+            let verdict = if error.is_bad_request() {
+                Verdict::store_failed(policies)
+            } else {
+                Verdict::store_error(policies, &error)
+            };
+            sluicegate_core::Decided {
+                verdict,
+                failure: Some(error),
+            }
+        });
+        if let Some(error) = &decided.failure {
+            self.warn_store_error(error);
+        }
+        decided.verdict
+    }
+
+    /// Observes the final verdict (once the wait queue has had its say: a delayed request
+    /// refused by max_waiting counts as denied, not delayed) and makes the decision.
+    fn conclude(
+        &self,
+        route: &Route,
+        key: String,
+        verdict: Verdict,
+        wait_place: Option<Arc<WaitPlace>>,
+    ) -> RateLimitDecision {
         self.decider.observe(&key, &verdict);
         for d in &verdict.decisions {
             if d.outcome == Outcome::ShadowDenied {
@@ -560,6 +629,19 @@ impl RateLimiter {
     }
 }
 
+/// What [`RateLimiter::check_now`] decided without waiting.
+#[derive(Debug)]
+pub enum CheckNow {
+    /// No limit applies: no route matched, the key extractor declined, or the client is
+    /// on an allow list.
+    Unlimited,
+    /// Decided (and counted, if admitted).
+    Decided(RateLimitDecision),
+    /// The store answers only through a future: nothing was consumed; await
+    /// [`RateLimiter::check`].
+    Later,
+}
+
 /// Every HTTP request weighs one.
 const COST: u64 = 1;
 
@@ -607,6 +689,10 @@ impl RateLimitDecision {
     /// Whether the request may go ahead (after [`delay`](Self::delay)).
     pub fn is_allowed(&self) -> bool {
         self.verdict.allowed
+    }
+    /// Whether an admitted request goes ahead at once: no wait (delay mode), no pool.
+    pub(crate) fn answers_at_once(&self) -> bool {
+        self.verdict.delay == 0 && self.parts.pool.is_none()
     }
     /// Whether the client is on a deny list (the verdict then has no decisions).
     pub fn is_forbidden(&self) -> bool {

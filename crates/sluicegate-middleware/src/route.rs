@@ -754,12 +754,22 @@ impl RouteTable {
         path: &str,
         headers: &H,
     ) -> Option<&Route> {
-        let path = crate::path::normalize_path(path);
+        self.find_normal(method, &crate::path::normalize_path(path), headers)
+    }
+
+    /// [`find`](Self::find) for a path already in normal form (the limiter normalises it
+    /// once for routes and key extractors alike).
+    pub(crate) fn find_normal<H: HeaderLookup + ?Sized>(
+        &self,
+        method: &Method,
+        path: &str,
+        headers: &H,
+    ) -> Option<&Route> {
         if self.routes.len() <= SCAN_LIMIT {
             return self
                 .routes
                 .iter()
-                .find(|route| route.matches(method, &path, headers));
+                .find(|route| route.matches(method, path, headers));
         }
         // Prefixes are probed longest first, and each prefix's routes are in table order, so
         // the first match is the one a scan of the sorted table would find. The lowercased
@@ -767,14 +777,14 @@ impl RouteTable {
         let folded: Cow<'_, str> = if path.bytes().any(|b| b.is_ascii_uppercase()) {
             Cow::Owned(path.to_ascii_lowercase())
         } else {
-            Cow::Borrowed(&path)
+            Cow::Borrowed(path)
         };
         candidate_prefixes(&folded)
             .filter(|&len| self.lengths.get(len).copied().unwrap_or(false))
             .filter_map(|len| self.by_prefix.get(&folded[..len]))
             .flatten()
             .map(|&at| &self.routes[at])
-            .find(|route| route.matches(method, &path, headers))
+            .find(|route| route.matches(method, path, headers))
     }
 
     /// The routes, most specific first.
