@@ -91,6 +91,13 @@ if wants layer; then
   side_by_side "tower layer (memory store, 10k client IPs)" "the same axum app without it" "$ROUNDS" "$PID_LAYER" "$PID_LAYER" \
     -- wrk -t1 -c"$CONN" -d"$DUR" -s "$XFF" "http://$BARE/api/items" \
     -- wrk -t1 -c"$CONN" -d"$DUR" -s "$XFF" "http://$LIMITED/api/items"
+  # Context, not a goal: what a minimal limiter (governor keyed GCRA, no headers) costs there.
+  GOVERNOR=$(sed -n 's/.*governor=\([^ ]*\).*/\1/p' "$WORK/layer.addr")
+  if [ -n "$GOVERNOR" ]; then
+    side_by_side "governor middleware, no headers (context)" "the same axum app without it" "$ROUNDS" "$PID_LAYER" "$PID_LAYER" \
+      -- wrk -t1 -c"$CONN" -d"$DUR" -s "$XFF" "http://$BARE/api/items" \
+      -- wrk -t1 -c"$CONN" -d"$DUR" -s "$XFF" "http://$GOVERNOR/api/items"
+  fi
 fi
 
 if wants forward-auth; then
