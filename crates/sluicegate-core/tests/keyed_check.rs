@@ -1,13 +1,11 @@
 //! `Store::check_keyed`: several policies, each under its own key and cost, all-or-nothing.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use sluicegate_core::{
-    AlgorithmKind, BoxFuture, CheckRequest, KeyedCheck, ManualClock, MemoryStore, Policy, Store,
-    StoreError, Verdict,
+    AlgorithmKind, BoxFuture, KeyedCheck, ManualClock, MemoryStore, Store, StoreError,
 };
-use sluicegate_testkit::shared_policy;
+use sluicegate_testkit::{Later, shared_policy};
 
 #[test]
 fn a_denial_under_one_key_consumes_nothing_under_the_others() {
@@ -91,43 +89,11 @@ fn one_policy_under_two_keys_is_all_or_nothing() {
     );
 }
 
-/// A store that only implements `check`: the default `check_keyed` serves shared keys and
-/// refuses mixed ones rather than checking them non-atomically.
-struct OnlyCheck(MemoryStore<ManualClock>);
-
-impl Store for OnlyCheck {
-    fn check<'a>(
-        &'a self,
-        request: CheckRequest<'a>,
-    ) -> BoxFuture<'a, Result<Verdict, StoreError>> {
-        self.0.check(request)
-    }
-    fn refund<'a>(
-        &'a self,
-        policies: &'a [Arc<Policy>],
-        key: &'a str,
-        cost: u64,
-    ) -> BoxFuture<'a, Result<(), StoreError>> {
-        self.0.refund(policies, key, cost)
-    }
-    fn reset<'a>(
-        &'a self,
-        policy: &'a Policy,
-        key: &'a str,
-    ) -> BoxFuture<'a, Result<(), StoreError>> {
-        self.0.reset(policy, key)
-    }
-    fn ping(&self) -> BoxFuture<'_, Result<(), StoreError>> {
-        self.0.ping()
-    }
-    fn kind(&self) -> &'static str {
-        "only-check"
-    }
-}
-
 #[test]
 fn the_default_check_keyed_refuses_mixed_keys() {
-    let store = OnlyCheck(MemoryStore::with_clock(1000, ManualClock::new(0)));
+    // A store that only implements `check`: the default `check_keyed` serves shared keys
+    // and refuses mixed ones rather than checking them non-atomically.
+    let store = Later(MemoryStore::with_clock(1000, ManualClock::new(0)));
     let a = shared_policy("a", AlgorithmKind::FixedWindow, 10, Duration::from_secs(60));
     let b = shared_policy("b", AlgorithmKind::FixedWindow, 10, Duration::from_secs(60));
     let same = [KeyedCheck::new(&a, "k", 1), KeyedCheck::new(&b, "k", 1)];

@@ -9,38 +9,10 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::{Request, Response};
 use http_body_util::{BodyExt, Full};
-use sluicegate_core::{
-    AlgorithmKind, BoxFuture, CheckRequest, ManualClock, MemoryStore, Mode, Policy, Store,
-    StoreError, Verdict,
-};
+use sluicegate_core::{AlgorithmKind, ManualClock, MemoryStore, Mode, Policy, Store};
 use sluicegate_middleware::{RateLimitLayer, RateLimiter, RouteSpec};
+use sluicegate_testkit::Later;
 use tower::{Layer, Service, ServiceExt};
-
-/// A store that answers only through its future (as Redis does): the layer's boxed path.
-struct Later(MemoryStore<ManualClock>);
-
-impl Store for Later {
-    fn check<'a>(&'a self, r: CheckRequest<'a>) -> BoxFuture<'a, Result<Verdict, StoreError>> {
-        self.0.check(r)
-    }
-    fn refund<'a>(
-        &'a self,
-        p: &'a [Arc<Policy>],
-        k: &'a str,
-        c: u64,
-    ) -> BoxFuture<'a, Result<(), StoreError>> {
-        self.0.refund(p, k, c)
-    }
-    fn reset<'a>(&'a self, p: &'a Policy, k: &'a str) -> BoxFuture<'a, Result<(), StoreError>> {
-        self.0.reset(p, k)
-    }
-    fn ping(&self) -> BoxFuture<'_, Result<(), StoreError>> {
-        self.0.ping()
-    }
-    fn kind(&self) -> &'static str {
-        "later"
-    }
-}
 
 fn limiter(store: Arc<dyn Store>) -> RateLimiter {
     let two = Policy::builder(

@@ -21,6 +21,7 @@ pub mod program;
 pub mod prop;
 pub mod redis;
 pub mod sluicegate;
+pub mod store;
 #[cfg(feature = "tls")]
 pub mod tls;
 
@@ -36,3 +37,4 @@ pub use policy::{policy, policy_with, shared_policy};
 pub use program::{in_ci, program, require, write};
 pub use redis::{RedisCluster, RedisServer};
 pub use sluicegate::Sluicegate;
+pub use store::Later;
