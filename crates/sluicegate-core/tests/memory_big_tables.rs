@@ -1,10 +1,8 @@
-//! The store with tables past 2 MiB, where cells are placed on huge pages (`memory/cells.rs`):
-//! at a bound of a million keys and 650,000 tracked, each shard's table has grown through
-//! the threshold when the store has 8 shards or fewer (4 per CPU: a machine of up to 2
-//! CPUs); elsewhere the same test runs on smaller tables. Checks that decisions, the
-//! snapshot and its restore, and dropping a policy's states are exact there, and that the
-//! restore takes linear time (it was quadratic in a table's size before tables reserved
-//! room for a snapshot's entries: 43 s for 200,000 keys in 8 shards, unoptimised).
+//! A big store (650,000 keys under a bound of a million) written to a snapshot and restored:
+//! decisions, the snapshot and its restore, and dropping a policy's states are exact, and
+//! the restore takes linear time (it was quadratic in a table's size before tables
+//! reserved room for a snapshot's entries: 1.4 s for a million states in 256 shards in
+//! release, 43 s for 200,000 in 8 shards unoptimised; see docs/benchmarks/core.md).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -60,8 +58,8 @@ fn big_tables_decide_snapshot_restore_and_drop_exactly() {
         let key = format!("k{i}");
         assert_eq!(peek(&after, &p, &key), peek(&store, &p, &key), "{key}");
     }
-    // Restored tables are sized for what they hold up front (a load of 7/9), within the
-    // bounds of a grown one (7/12 to 7/8): 16-byte gcra cells.
+    // Restored tables are sized for what they hold up front (a load of about 7/9), within
+    // the bounds of a grown one (7/12 to 7/8): 16-byte gcra cells.
     let per_key = after.bytes() as f64 / KEYS as f64;
     assert!(
         (16.0 * 8.0 / 7.0..=16.0 * 12.0 / 7.0).contains(&per_key),

@@ -103,8 +103,8 @@ fn expired_state_is_reclaimed_without_pressure() {
     assert_eq!(store.len(), 500);
     // Long after they expired, ordinary traffic on other keys sweeps them away. The sweep
     // runs in the shards that traffic uses (no stop-the-world pass), so the traffic is
-    // spread over enough keys to reach every shard (up to 256): 5,000 keys miss a given
-    // shard with probability at most (255/256)^5000 ≈ 3e-9. (Ten keys, as this test once used, leave most
+    // spread over enough keys to reach all 256 shards: 5,000 keys miss a given shard with
+    // probability (255/256)^5000 ≈ 3e-9. (Ten keys, as this test once used, leave most
     // shards unswept, and how many old states share their shards is up to the hash key.)
     clock.advance(Duration::from_secs(60));
     for round in 0..4 {

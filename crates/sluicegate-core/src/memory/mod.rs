@@ -2,7 +2,7 @@
 //! by `max_keys`.
 //!
 //! # Layout
-//! The store has up to 256 shards (at most four per CPU), each behind one mutex. A key's shard comes from its
+//! The store has up to 256 shards, each behind one mutex. A key's shard comes from its
 //! fingerprint (see below), so every policy's state of one key lives in one shard and a
 //! check of several policies on one key takes one lock. A check whose policies use
 //! different keys ([`Store::check_keyed`]) locks their shards in ascending order, so two
@@ -10,11 +10,6 @@
 //! `(fingerprint, state)` cells: 8 bytes plus the algorithm's state (8 bytes for gcra, 16 for
 //! token_bucket), at a load between 7/12 and 7/8. Fixed-size states live in the cells; only
 //! the sliding log keeps a per-key heap buffer.
-//!
-//! A table's cells, once they reach 2 MiB (about 130,000 gcra states), are placed on
-//! 2 MiB boundaries and offered huge pages (`cells.rs`): a decision on a big table then
-//! costs one cache miss and no TLB miss. A restore from a snapshot sizes each table for
-//! the entries it is about to load first (`RawTable::reserve`).
 //!
 //! # Keys
 //! Keys are not stored. A key is known by a 63-bit fingerprint of a keyed SipHash-1-3
@@ -54,7 +49,6 @@
 //! `max_keys` states, when the fullest shard fills (at about 95% of a million), and never
 //! after; offered exactly `max_keys` distinct keys, the store keeps about 99.4% of them.
 
-mod cells;
 #[cfg(test)]
 mod fast_path_tests;
 mod fingerprint;

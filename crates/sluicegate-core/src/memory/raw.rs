@@ -13,7 +13,6 @@
 
 use crate::clock::Micros;
 
-use super::cells::Cells;
 use super::fingerprint::Fingerprint;
 
 /// Cells are at most this full (7/8) before the table grows.
@@ -41,8 +40,7 @@ struct Cell<S> {
 #[derive(Debug)]
 #[repr(C)]
 pub(crate) struct RawTable<S> {
-    /// Huge-page backed from 2 MiB on (see `cells.rs`).
-    cells: Cells<Cell<S>>,
+    cells: Box<[Cell<S>]>,
     len: usize,
     /// No entry has `idle_at < min_idle`.
     min_idle: Micros,
@@ -76,7 +74,7 @@ impl<S: Default> RawTable<S> {
         // A state that holds heap memory must free it: one with nothing to drop holds none.
         let heap_of = std::mem::needs_drop::<S>().then_some(heap_of);
         RawTable {
-            cells: Cells::empty(),
+            cells: Box::default(),
             len: 0,
             max_len,
             sweep: 0,
@@ -125,7 +123,7 @@ impl<S: Default> RawTable<S> {
 
     /// Bytes of cells allocated.
     pub(crate) fn allocated_bytes(&self) -> usize {
-        self.cells.allocated_bytes()
+        self.cells.len() * std::mem::size_of::<Cell<S>>()
     }
 
     #[inline]
@@ -248,10 +246,12 @@ impl<S: Default> RawTable<S> {
 
     /// Moves every entry into `size` cells (at least `len / load factor`).
     fn resize(&mut self, size: usize) {
-        let mut old = std::mem::replace(&mut self.cells, Cells::new(size));
-        for cell in old.iter_mut() {
+        let old = std::mem::replace(
+            &mut self.cells,
+            std::iter::repeat_with(Cell::default).take(size).collect(),
+        );
+        for cell in old.into_vec() {
             if cell.tag != 0 {
-                let cell = std::mem::take(cell);
                 let mut i = Fingerprint::from_tag(cell.tag).home(size);
                 while self.cells[i].tag != 0 {
                     i = self.next(i);
@@ -425,7 +425,6 @@ impl<S: Default> RawTable<S> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::cells::HUGE_PAGE;
     use super::*;
 
     /// A well-spread fingerprint for entry `i` (SplitMix64's finaliser; bit 0 clear, not 0).
@@ -436,28 +435,33 @@ mod tests {
         Fingerprint::from_bits((z ^ (z >> 31)) & !1 | 2).expect("bit 0 clear, not 0")
     }
 
-    /// The big-table path (cells on 2 MiB boundaries, advised huge pages): growing through
-    /// the threshold, finding, removing with backward shifts, the sweep, eviction, the
-    /// snapshot's walk and the drop, on a table of more than 4 MiB. Too slow for Miri (which
-    /// runs `cells.rs`'s own tests of the unsafe code, 4 MiB array included).
+    /// A big table loaded the way a restore loads it (entries in another table's cell
+    /// order, after `reserve`), then every operation on it: finding, removal with backward
+    /// shifts, the sweep, eviction, the snapshot's walk and the drop.
     #[test]
     #[cfg_attr(miri, ignore)]
-    fn a_table_past_two_mib_keeps_every_operation_exact() {
+    fn a_reserved_table_loaded_in_cell_order_keeps_every_operation_exact() {
         let n: u64 = 300_000;
         let idle_at = |s: &u64| *s;
-        let mut table = RawTable::<u64>::new(n as usize);
+        let mut source = RawTable::<u64>::new(n as usize);
         for i in 0..n {
-            let at = table.insert(fp(i));
+            let at = source.insert(fp(i));
+            *source.state_mut(at) = i;
+        }
+        let mut table = RawTable::<u64>::new(n as usize);
+        table.reserve(n as usize);
+        let reserved = table.allocated_bytes();
+        assert_eq!(reserved, cells_for(n as usize) * 16);
+        source.for_each(|f, &i| {
+            let at = table.insert(f);
             *table.state_mut(at) = i;
             table.note_idle_at(i);
-        }
-        assert!(
-            table.allocated_bytes() >= 2 * HUGE_PAGE,
-            "{}",
-            table.allocated_bytes()
+        });
+        // Room for all of them: no growth while loading.
+        assert_eq!(
+            (table.len(), table.allocated_bytes()),
+            (n as usize, reserved)
         );
-        assert_eq!(table.cells.as_ptr() as usize % HUGE_PAGE, 0);
-        assert_eq!(table.bytes(), table.cells.len() * 16);
         for i in 0..n {
             let at = table.find(fp(i)).expect("inserted");
             assert_eq!(*table.state(at), i);
@@ -489,5 +493,8 @@ mod tests {
             seen += 1;
         });
         assert_eq!(seen, left - expired - 1);
+        // Reserving less than is held, or past the bound, changes nothing.
+        table.reserve(0);
+        assert_eq!(table.allocated_bytes(), reserved);
     }
 }

@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 use std::ops::{Deref, DerefMut};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 use crate::algorithm::Admitted;
 use crate::clock::Micros;
@@ -25,29 +25,11 @@ const KEYS_PER_SHARD: usize = 256;
 pub(crate) const SWEEP_STEPS: usize = 2;
 
 /// Shards for a bound of `max_keys`: a power of two, up to 256, each holding at least 256
-/// keys where `max_keys` allows, and no more than four per CPU (DashMap's default, which
-/// governor uses).
-///
-/// Why no more: a lock held for a few dozen nanoseconds needs only a few shards a thread to
-/// be rarely contended, and fewer, larger tables are what huge pages need (`cells.rs`): at a
-/// million keys on 2 CPUs, 8 tables of ~2–3 MiB each get 2 MiB pages, where 256 tables of
-/// ~100 KiB stayed on 4 KiB pages and paid a TLB miss per decision on top of the cache
-/// miss. The price: a table grows (rehashes) and a snapshot copies under one lock in
-/// pieces 32× larger (docs/benchmarks/core.md, seventh pass).
+/// keys where `max_keys` allows.
 pub(crate) fn shard_count(max_keys: usize) -> usize {
     (max_keys / KEYS_PER_SHARD)
         .next_power_of_two()
         .clamp(1, MAX_SHARDS)
-        .min(shards_for_cpus())
-}
-
-/// Four shards a CPU, as a power of two, up to 256 (read once per process).
-fn shards_for_cpus() -> usize {
-    static SHARDS: OnceLock<usize> = OnceLock::new();
-    *SHARDS.get_or_init(|| {
-        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-        (4 * cpus).next_power_of_two().min(MAX_SHARDS)
-    })
 }
 
 /// The bound of shard `i` of `shards`: `max_keys` split evenly, the remainder to the first.
