@@ -55,14 +55,8 @@ impl h1::Handler for Gateway {
 
 /// Whether the lean path answers `head` exactly as hyper's would (see the module).
 fn accepts(worker: &Worker, head: &h1::Head<'_>) -> bool {
-    let path = head.path();
     // A target hyper's `Uri` would refuse (400) or alter (a fragment) is hyper's.
-    if head.method() != "GET"
-        || head.content_length() != 0
-        || !path.starts_with('/')
-        || path.contains('#')
-        || http::uri::PathAndQuery::try_from(path).is_err()
-    {
+    if head.method() != "GET" || head.content_length() != 0 || !h1::plain_target(head.path()) {
         return false;
     }
     let mut hosts = 0;

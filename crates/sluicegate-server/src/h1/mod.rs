@@ -34,7 +34,7 @@ mod rewind;
 mod write;
 
 pub use drive::{Handler, Never, Request, Tail, drive};
-pub use head::{Head, MAX_FIELDS, MAX_HEAD, Parsed, parse};
+pub use head::{Head, MAX_FIELDS, MAX_HEAD, Parsed, parse, plain_target};
 pub use httparse::{EMPTY_HEADER, Header};
 pub use rewind::Rewind;
 pub use write::{BodyLength, ProxiedHead, date, write_proxied_head, write_response, write_status};
