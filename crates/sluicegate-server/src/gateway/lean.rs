@@ -63,10 +63,10 @@ fn accepts(worker: &Worker, head: &h1::Head<'_>) -> bool {
     for field in head.fields() {
         // `TE: trailers` would have hyper send the upstream's trailers; two `Host`s are
         // made one by `to_upstream`'s map. Rare: hyper's.
-        if field.name.eq_ignore_ascii_case("te") {
+        if h1::same_name(field.name.as_bytes(), b"te") {
             return false;
         }
-        hosts += usize::from(field.name.eq_ignore_ascii_case("host"));
+        hosts += usize::from(h1::same_name(field.name.as_bytes(), b"host"));
     }
     hosts <= 1
         && worker
@@ -194,9 +194,9 @@ fn names_a_limit_field(sent: &Exchanged) -> bool {
     sent.conn.offsets().iter().any(|&[start, end, ..]| {
         let name = &sent.head[start..end];
         let starts = |prefix: &[u8]| {
-            name.len() >= prefix.len() && name[..prefix.len()].eq_ignore_ascii_case(prefix)
+            name.len() >= prefix.len() && h1::same_name(&name[..prefix.len()], prefix)
         };
-        starts(b"ratelimit") || starts(b"x-ratelimit") || name.eq_ignore_ascii_case(b"retry-after")
+        starts(b"ratelimit") || starts(b"x-ratelimit") || h1::same_name(name, b"retry-after")
     })
 }
 
@@ -279,7 +279,8 @@ fn write_upstream_head(out: &mut Vec<u8>, head: &h1::Head<'_>, upstream: &Uri, p
             Entry::ForwardedFor => {
                 out.extend_from_slice(b"x-forwarded-for: ");
                 let lines = head.fields().iter().filter(|_| forwarded);
-                for field in lines.filter(|f| f.name.eq_ignore_ascii_case("x-forwarded-for")) {
+                for field in lines.filter(|f| h1::same_name(f.name.as_bytes(), b"x-forwarded-for"))
+                {
                     let value = field.value.trim_ascii();
                     if !value.is_empty() {
                         out.extend_from_slice(value);
