@@ -312,6 +312,12 @@ fn check_plain_head(data: &[u8], head: &h1::Head<'_>) {
     assert_eq!(line, expected.as_bytes(), "request line");
     let clean = |bytes: &[u8]| !bytes.iter().any(|b| matches!(b, b'\r' | b'\n' | 0));
     assert!(clean(head.path().as_bytes()) && !head.path().contains(' '));
+    // The lean gateway's borrowed target check is `http::uri`'s, origin form, no fragment.
+    let path = head.path();
+    let by_http = path.starts_with('/')
+        && !path.contains('#')
+        && http::uri::PathAndQuery::try_from(path).is_ok();
+    assert_eq!(h1::plain_target(path), by_http, "target {path:?}");
     assert!(
         head.fields().len() <= h1::MAX_FIELDS,
         "{} fields",

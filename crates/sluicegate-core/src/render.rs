@@ -162,6 +162,18 @@ pub trait HeaderSink {
     fn set_cached_policy_field(&mut self) -> bool {
         false
     }
+
+    /// Sets `name` to a Structured Field list the renderer wrote into a buffer on its stack
+    /// (the `RateLimit` field): printable ASCII, as [`Value::Text`]. A sink that copies the
+    /// bytes anyway (a header map's value) takes them borrowed: the `String` of
+    /// [`Value::Text`] was an allocation and a free a response more, two when turned into
+    /// `Bytes` (callgrind, docs/benchmarks/middleware.md).
+    fn set_text(&mut self, name: Header, text: &[u8]) {
+        self.set(
+            name,
+            Value::Text(String::from_utf8_lossy(text).into_owned()),
+        );
+    }
 }
 
 /// Whole seconds, rounded up.
@@ -258,8 +270,73 @@ pub fn write_headers(
 /// `core::fmt` for four integers and a `String` grown piece by piece (callgrind,
 /// docs/benchmarks/server.md). `sfv` stays the oracle: `sf_list_is_what_sfv_writes` checks
 /// every string and integer against it, and the middleware's tests parse the headers with it.
-struct SfList {
-    out: String,
+struct SfList<O = String> {
+    out: O,
+}
+
+/// Where an [`SfList`] is written: a `String`, or a [`StackText`] for the per-response
+/// `RateLimit` field.
+trait SfOut {
+    fn push_str(&mut self, s: &str);
+    fn is_empty(&self) -> bool;
+}
+
+impl SfOut for String {
+    #[inline]
+    fn push_str(&mut self, s: &str) {
+        String::push_str(self, s);
+    }
+    fn is_empty(&self) -> bool {
+        String::is_empty(self)
+    }
+}
+
+/// Room for the `RateLimit` field of a few policies with names of a few dozen bytes (a
+/// member is `"name";r=…;t=…`: the name's bytes and at most 40 more).
+const STACK_TEXT: usize = 256;
+
+/// A fixed buffer on the stack; text that does not fit marks it `overflowed` (the caller
+/// then renders into a `String`), it is never cut.
+struct StackText {
+    buf: [u8; STACK_TEXT],
+    len: usize,
+    overflowed: bool,
+}
+
+impl StackText {
+    fn new() -> StackText {
+        StackText {
+            buf: [0; STACK_TEXT],
+            len: 0,
+            overflowed: false,
+        }
+    }
+
+    /// The text (only whole `&str`s of printable ASCII were copied in), unless it
+    /// overflowed. Bytes, not `&str`: checking UTF-8 again cost ~70 instructions.
+    fn text(&self) -> Option<&[u8]> {
+        (!self.overflowed).then(|| &self.buf[..self.len])
+    }
+}
+
+impl SfOut for StackText {
+    // Inlined, the copies of the list's constant pieces (`"`, `;r=`) are stores, not
+    // `memcpy` calls: called, they cost ~250 instructions a response more than the
+    // `String` (callgrind, docs/benchmarks/middleware.md).
+    #[inline(always)]
+    fn push_str(&mut self, s: &str) {
+        let end = self.len + s.len();
+        match self.buf.get_mut(self.len..end) {
+            Some(room) if !self.overflowed => {
+                room.copy_from_slice(s.as_bytes());
+                self.len = end;
+            }
+            _ => self.overflowed = true,
+        }
+    }
+    fn is_empty(&self) -> bool {
+        self.len == 0 && !self.overflowed
+    }
 }
 
 /// The largest integer a Structured Field carries (15 digits); larger numbers are sent as it.
@@ -273,6 +350,13 @@ impl SfList {
         }
     }
 
+    /// The field; `None` for an empty list, which is not a valid field value.
+    fn finish(self) -> Option<String> {
+        (!self.out.is_empty()).then_some(self.out)
+    }
+}
+
+impl<O: SfOut> SfList<O> {
     /// Adds `"name";k1=v1;k2=v2`; nothing when the name has a character an sf-string cannot
     /// carry (outside printable ASCII), as `sfv` refuses it. The keys are constants.
     fn member(&mut self, name: &str, params: [(&str, u64); 2]) {
@@ -282,31 +366,27 @@ impl SfList {
         if !self.out.is_empty() {
             self.out.push_str(", ");
         }
-        self.out.push('"');
+        self.out.push_str("\"");
         // Names rarely hold a quote or a backslash: copied whole then, not char by char.
         if name.bytes().any(|b| matches!(b, b'"' | b'\\')) {
+            let mut char_buf = [0u8; 4];
             for c in name.chars() {
                 if matches!(c, '"' | '\\') {
-                    self.out.push('\\');
+                    self.out.push_str("\\");
                 }
-                self.out.push(c);
+                self.out.push_str(c.encode_utf8(&mut char_buf));
             }
         } else {
             self.out.push_str(name);
         }
-        self.out.push('"');
+        self.out.push_str("\"");
         let mut digits = itoa::Buffer::new();
         for (key, value) in params {
-            self.out.push(';');
+            self.out.push_str(";");
             self.out.push_str(key);
-            self.out.push('=');
+            self.out.push_str("=");
             self.out.push_str(digits.format(value.min(SF_MAX_INTEGER)));
         }
-    }
-
-    /// The field; `None` for an empty list, which is not a valid field value.
-    fn finish(self) -> Option<String> {
-        (!self.out.is_empty()).then_some(self.out)
     }
 }
 
@@ -338,16 +418,35 @@ fn policy_field_with(policies: &[(&Policy, u64)], now: Micros) -> Option<String>
     list.finish()
 }
 
-fn write_ietf(verdict: &VerdictOf<'_>, clock: &dyn Clock, sink: &mut impl HeaderSink) {
-    let mut state = SfList::new(verdict.decisions.len());
+/// The `RateLimit` field's members, written into `list`.
+fn rate_limit_members<O: SfOut>(verdict: &VerdictOf<'_>, list: &mut SfList<O>) {
     for d in shown(verdict) {
         let reset = ceil_secs(d.decision.reset_after).max(1);
-        state.member(d.policy.name(), [("r", d.decision.remaining), ("t", reset)]);
+        list.member(d.policy.name(), [("r", d.decision.remaining), ("t", reset)]);
     }
-    let Some(value) = state.finish() else {
-        return;
+}
+
+fn write_ietf(verdict: &VerdictOf<'_>, clock: &dyn Clock, sink: &mut impl HeaderSink) {
+    // Rendered on the stack (it changes with every response); into a `String` only when
+    // the policies' names make it longer than the buffer.
+    let mut state = SfList {
+        out: StackText::new(),
     };
-    sink.set(Header::RateLimit, Value::Text(value));
+    rate_limit_members(verdict, &mut state);
+    if state.out.is_empty() {
+        return;
+    }
+    match state.out.text() {
+        Some(text) => sink.set_text(Header::RateLimit, text),
+        None => {
+            let mut long = SfList::new(verdict.decisions.len());
+            rate_limit_members(verdict, &mut long);
+            let Some(value) = long.finish() else {
+                return;
+            };
+            sink.set(Header::RateLimit, Value::Text(value));
+        }
+    }
     // The route's precomputed field holds the policies' own limits: not when a key's
     // override gave one another.
     let own_limits = shown(verdict).all(|d| d.decision.limit == d.policy.limit());
@@ -586,6 +685,48 @@ mod tests {
                 }
             }
             prop_assert_eq!(ours.finish(), oracle.finish());
+        }
+    }
+
+    proptest! {
+        /// The `RateLimit` field rendered on the stack is the list a `String` holds, or
+        /// marked overflowed (never cut) when it does not fit; `write_headers` then sends
+        /// the `String`'s.
+        #[test]
+        fn stack_list_is_the_string_list(
+            members in proptest::collection::vec(
+                (prop_oneof![sf_name(), "[a-z\\\\\"]{60,130}"], sf_number(), sf_number()),
+                0..5,
+            ),
+            names in proptest::collection::vec("[A-Za-z0-9_.-]{1,128}", 1..5),
+            remaining in any::<u64>(),
+        ) {
+            let mut heap = SfList::new(members.len());
+            let mut stack = SfList { out: StackText::new() };
+            for (name, a, b) in &members {
+                heap.member(name, [("r", *a), ("t", *b)]);
+                stack.member(name, [("r", *a), ("t", *b)]);
+            }
+            let heap = heap.finish();
+            match stack.out.text() {
+                Some(b"") => prop_assert_eq!(heap, None),
+                Some(text) => prop_assert_eq!(heap.as_deref().map(str::as_bytes), Some(text)),
+                None => prop_assert!(heap.is_some_and(|h| h.len() > STACK_TEXT)),
+            }
+            // Through the renderer, long (five names of up to 128 bytes overflow the
+            // stack) or short: the list a `String` holds.
+            let entries: Vec<_> = names
+                .iter()
+                .map(|name| {
+                    let p = policy(name, 5, Duration::from_secs(1), Mode::Reject);
+                    (p, Decision::allow(u64::MAX, remaining, 1), 1)
+                })
+                .collect();
+            let verdict = Verdict::combine(entries);
+            let mut oracle = SfList::new(verdict.decisions.len());
+            rate_limit_members(&verdict, &mut oracle);
+            let sent = get(&render(&[HeaderSet::Ietf], &verdict), Header::RateLimit);
+            prop_assert_eq!(sent, oracle.finish());
         }
     }
 

@@ -195,7 +195,7 @@ pub(super) fn strip_hop_by_hop<'a, L: Lines<'a>>(map: &mut Fields<L>) {
 /// Whether two names are the same (ASCII case ignored); the lengths first, which tell most
 /// names apart without a look at their bytes.
 fn same_name(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.eq_ignore_ascii_case(b)
+    h1::same_name(a, b)
 }
 
 /// Whether `name` is one of [`HOP_BY_HOP`] (compared only with those of its length).
@@ -210,9 +210,7 @@ fn is_hop_by_hop(name: &[u8]) -> bool {
         19 => &["proxy-authorization"],
         _ => return false,
     };
-    candidates
-        .iter()
-        .any(|c| name.eq_ignore_ascii_case(c.as_bytes()))
+    candidates.iter().any(|c| h1::same_name(name, c.as_bytes()))
 }
 
 #[cfg(test)]

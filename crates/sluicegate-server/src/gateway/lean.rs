@@ -55,24 +55,18 @@ impl h1::Handler for Gateway {
 
 /// Whether the lean path answers `head` exactly as hyper's would (see the module).
 fn accepts(worker: &Worker, head: &h1::Head<'_>) -> bool {
-    let path = head.path();
     // A target hyper's `Uri` would refuse (400) or alter (a fragment) is hyper's.
-    if head.method() != "GET"
-        || head.content_length() != 0
-        || !path.starts_with('/')
-        || path.contains('#')
-        || http::uri::PathAndQuery::try_from(path).is_err()
-    {
+    if head.method() != "GET" || head.content_length() != 0 || !h1::plain_target(head.path()) {
         return false;
     }
     let mut hosts = 0;
     for field in head.fields() {
         // `TE: trailers` would have hyper send the upstream's trailers; two `Host`s are
         // made one by `to_upstream`'s map. Rare: hyper's.
-        if field.name.eq_ignore_ascii_case("te") {
+        if h1::same_name(field.name.as_bytes(), b"te") {
             return false;
         }
-        hosts += usize::from(field.name.eq_ignore_ascii_case("host"));
+        hosts += usize::from(h1::same_name(field.name.as_bytes(), b"host"));
     }
     hosts <= 1
         && worker
@@ -200,9 +194,9 @@ fn names_a_limit_field(sent: &Exchanged) -> bool {
     sent.conn.offsets().iter().any(|&[start, end, ..]| {
         let name = &sent.head[start..end];
         let starts = |prefix: &[u8]| {
-            name.len() >= prefix.len() && name[..prefix.len()].eq_ignore_ascii_case(prefix)
+            name.len() >= prefix.len() && h1::same_name(&name[..prefix.len()], prefix)
         };
-        starts(b"ratelimit") || starts(b"x-ratelimit") || name.eq_ignore_ascii_case(b"retry-after")
+        starts(b"ratelimit") || starts(b"x-ratelimit") || h1::same_name(name, b"retry-after")
     })
 }
 
@@ -285,7 +279,8 @@ fn write_upstream_head(out: &mut Vec<u8>, head: &h1::Head<'_>, upstream: &Uri, p
             Entry::ForwardedFor => {
                 out.extend_from_slice(b"x-forwarded-for: ");
                 let lines = head.fields().iter().filter(|_| forwarded);
-                for field in lines.filter(|f| f.name.eq_ignore_ascii_case("x-forwarded-for")) {
+                for field in lines.filter(|f| h1::same_name(f.name.as_bytes(), b"x-forwarded-for"))
+                {
                     let value = field.value.trim_ascii();
                     if !value.is_empty() {
                         out.extend_from_slice(value);

@@ -10,6 +10,53 @@ pub const MAX_HEAD: usize = 8 * 1024;
 /// The most header fields of a head answered on the lean path (hyper allows 100).
 pub const MAX_FIELDS: usize = 32;
 
+/// Whether `target` is an origin-form target (`/…`, no fragment) that `http::Uri` takes
+/// unchanged: what `http::uri::PathAndQuery::try_from` accepts, without copying the target
+/// into a `Bytes` to find out (311 instructions a request, docs/benchmarks/server.md).
+/// Its byte classes are http 1.5's (`uri/path.rs`); a target is a `&str`, so the bytes
+/// above 0x7F it checks for UTF-8 pass. The `h1_head` fuzz target and
+/// `tests::plain_target_is_what_http_accepts` hold the two equal.
+pub fn plain_target(target: &str) -> bool {
+    let bytes = target.as_bytes();
+    if bytes.first() != Some(&b'/') || bytes.len() > MAX_TARGET {
+        return false;
+    }
+    // Path bytes until the first `?`, query bytes after it.
+    let mut class = IN_PATH;
+    for &b in bytes {
+        if TARGET_BYTES[usize::from(b)] & class == 0 {
+            return false;
+        }
+        if b == b'?' {
+            class = IN_QUERY;
+        }
+    }
+    true
+}
+
+/// `http::uri`'s longest target.
+const MAX_TARGET: usize = u16::MAX as usize - 1;
+const IN_PATH: u8 = 1;
+const IN_QUERY: u8 = 2;
+
+/// For each byte, where `http::uri` takes it: `IN_PATH`, `IN_QUERY`, both or neither.
+/// `#` (a fragment, which `Uri` would cut off) is in neither.
+static TARGET_BYTES: [u8; 256] = target_bytes();
+
+const fn target_bytes() -> [u8; 256] {
+    let mut table = [0; 256];
+    let mut i = 0;
+    while i < 256 {
+        let b = i as u8;
+        let path = matches!(b, 0x21 | 0x24..=0x3B | 0x3D | 0x40..=0x5F | 0x61..=0x7A | 0x7C | 0x7E)
+            || matches!(b, b'"' | b'{' | b'}' | b'?' | 0x80..=0xFF);
+        let query = matches!(b, 0x21 | 0x24..=0x3B | 0x3D | 0x3F..=0x7E | 0x80..=0xFF);
+        table[i] = if path { IN_PATH } else { 0 } | if query { IN_QUERY } else { 0 };
+        i += 1;
+    }
+    table
+}
+
 /// What the bytes read so far hold.
 #[derive(Debug)]
 pub enum Parsed<'a> {
@@ -137,6 +184,52 @@ fn digits(value: &[u8]) -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    /// What the lean gateway required before `plain_target`: `http::uri`'s own answer.
+    fn by_http(target: &str) -> bool {
+        target.starts_with('/')
+            && !target.contains('#')
+            && http::uri::PathAndQuery::try_from(target).is_ok()
+    }
+
+    #[test]
+    fn plain_target_is_what_http_accepts_for_every_byte() {
+        let mut text = String::new();
+        for c in (0..=0x7fu8)
+            .map(char::from)
+            .chain(['é', '\u{80}', '€', '😀'])
+        {
+            for shape in [
+                "/{c}", "{c}", "/a{c}b", "/?{c}", "/a?b{c}?", "/{c}?x", "{c}/",
+            ] {
+                text.clear();
+                text.push_str(&shape.replace("{c}", &c.to_string()));
+                assert_eq!(plain_target(&text), by_http(&text), "{text:?}");
+            }
+        }
+        for len in [MAX_TARGET - 1, MAX_TARGET, MAX_TARGET + 1] {
+            let long = format!("/{}", "a".repeat(len - 1));
+            assert_eq!(plain_target(&long), by_http(&long), "{len}");
+        }
+        assert!(plain_target("/api/items?x=1&y={2}"));
+        assert!(!plain_target("/a b") && !plain_target("/a#b") && !plain_target(""));
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(2048))]
+        /// Targets made of the bytes the classes treat apart, and any text at all.
+        #[test]
+        fn plain_target_is_what_http_accepts(
+            target in prop_oneof![
+                "/[a-z/?#%\"{}<>\\^`| \t\x00-\x1f\x7féü€]{0,24}",
+                "[/?#a-z]{0,4}\\PC{0,8}",
+                any::<String>(),
+            ]
+        ) {
+            prop_assert_eq!(plain_target(&target), by_http(&target));
+        }
+    }
 
     fn judge(bytes: &[u8]) -> &'static str {
         let mut fields = [httparse::EMPTY_HEADER; MAX_FIELDS];

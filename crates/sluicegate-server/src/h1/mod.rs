@@ -34,7 +34,47 @@ mod rewind;
 mod write;
 
 pub use drive::{Handler, Never, Request, Tail, drive};
-pub use head::{Head, MAX_FIELDS, MAX_HEAD, Parsed, parse};
+pub use head::{Head, MAX_FIELDS, MAX_HEAD, Parsed, parse, plain_target};
 pub use httparse::{EMPTY_HEADER, Header};
 pub use rewind::Rewind;
 pub use write::{BodyLength, ProxiedHead, date, write_proxied_head, write_response, write_status};
+
+/// Whether two field names are equal, ASCII case ignored: `<[u8]>::eq_ignore_ascii_case`,
+/// with a cheaper test per byte (equal bytes, or one letter in both cases) than its two
+/// lower-casings — names are compared many times a request on the lean paths (the
+/// gateway's map model, the heads' framing fields). `tests::same_name_is_eq_ignore_ascii_case`.
+#[inline]
+pub fn same_name(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len()
+        && a.iter()
+            .zip(b)
+            .all(|(&x, &y)| x == y || (x ^ y == 0x20 && (x | 0x20).is_ascii_lowercase()))
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    #[test]
+    fn same_name_is_eq_ignore_ascii_case_for_every_byte_pair() {
+        for x in 0..=255u8 {
+            for y in 0..=255u8 {
+                assert_eq!(
+                    super::same_name(&[x], &[y]),
+                    [x].eq_ignore_ascii_case(&[y]),
+                    "{x} {y}"
+                );
+            }
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn same_name_is_eq_ignore_ascii_case(a in "[a-zA-Z@\\[`{_-]{0,6}", b in "[a-zA-Z@\\[`{_-]{0,6}") {
+            let (a, b) = (a.as_bytes(), b.as_bytes());
+            prop_assert_eq!(super::same_name(a, b), a.eq_ignore_ascii_case(b));
+            let upper = a.to_ascii_uppercase();
+            prop_assert!(super::same_name(a, &upper));
+        }
+    }
+}

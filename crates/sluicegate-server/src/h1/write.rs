@@ -110,13 +110,13 @@ impl ProxiedHead {
 
     /// One field line; `first_of_name`: the first line of its name in the map.
     pub fn field(&mut self, out: &mut Vec<u8>, name: &[u8], value: &[u8], first_of_name: bool) {
-        if name.eq_ignore_ascii_case(b"content-length") {
+        if super::same_name(name, b"content-length") {
             // An ended body: hyper skips the field and implies the length in `finish`.
             if self.length == BodyLength::Ended || !first_of_name {
                 return;
             }
             self.wrote_len = true;
-        } else if name.eq_ignore_ascii_case(b"date") {
+        } else if super::same_name(name, b"date") {
             self.wrote_date = true;
         }
         // Copied, then lower-cased in place: cheaper than a check and a byte at a time.

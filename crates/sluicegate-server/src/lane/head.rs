@@ -121,7 +121,7 @@ struct Fields {
 impl Fields {
     /// Notes the field `name` (any case) of `value`.
     fn see(&mut self, name: &[u8], value: &[u8]) -> Result<(), LaneError> {
-        if name.eq_ignore_ascii_case(CONTENT_LENGTH.as_str().as_bytes()) {
+        if crate::h1::same_name(name, CONTENT_LENGTH.as_str().as_bytes()) {
             // A list of equal values is allowed (RFC 9110 §8.6); differing ones are not.
             for item in value.split(|&b| b == b',') {
                 let n = parse_length(item.trim_ascii())?;
@@ -130,12 +130,12 @@ impl Fields {
                 }
                 self.length = Some(n);
             }
-        } else if name.eq_ignore_ascii_case(TRANSFER_ENCODING.as_str().as_bytes()) {
+        } else if crate::h1::same_name(name, TRANSFER_ENCODING.as_str().as_bytes()) {
             if self.chunked || !value.trim_ascii().eq_ignore_ascii_case(b"chunked") {
                 self.other_coding = true;
             }
             self.chunked = true;
-        } else if name.eq_ignore_ascii_case(CONNECTION.as_str().as_bytes()) {
+        } else if crate::h1::same_name(name, CONNECTION.as_str().as_bytes()) {
             self.close |= value
                 .split(|&b| b == b',')
                 .any(|token| token.trim_ascii().eq_ignore_ascii_case(b"close"));
