@@ -702,6 +702,21 @@ impl StoreShard {
         self.general = true;
     }
 
+    /// Makes room in `r`'s table for `additional` states about to be restored (see
+    /// `RawTable::reserve`: a snapshot's entries come in an order that a growing table
+    /// handles in quadratic time).
+    pub(crate) fn reserve(
+        &mut self,
+        r: &PolicyRef,
+        policy: &Policy,
+        now: Micros,
+        additional: usize,
+    ) {
+        if let Some(table) = self.table(r, policy, now) {
+            table.reserve(additional);
+        }
+    }
+
     /// Restores one state from a snapshot (see [`PolicyTable::load_entry`](super::typed::PolicyTable::load_entry)); `None` when
     /// the bytes are not one. Within the shard's bound.
     pub(crate) fn load_entry(

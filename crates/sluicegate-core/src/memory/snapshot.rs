@@ -269,9 +269,10 @@ impl<C: Clock> MemoryStore<C> {
         self.hasher = KeyHasher::from_key(parsed.key.0, parsed.key.1);
         let now = self.clock.now();
         let mut states = 0;
+        let written_shards = parsed.blocks.len();
         for block in parsed.blocks {
             states += self
-                .restore_block(block, now)
+                .restore_block(block, now, written_shards)
                 .ok_or(SnapshotError::Corrupt("block"))?;
         }
         Ok(SnapshotInfo {
@@ -280,7 +281,8 @@ impl<C: Clock> MemoryStore<C> {
         })
     }
 
-    fn restore_block(&self, mut input: &[u8], now: Micros) -> Option<u64> {
+    /// One block (one shard of the store that wrote it, out of `written_shards`).
+    fn restore_block(&self, mut input: &[u8], now: Micros, written_shards: usize) -> Option<u64> {
         let input = &mut input;
         for _ in 0..take_u32(input)? {
             let name = take_str(input)?;
@@ -309,9 +311,18 @@ impl<C: Clock> MemoryStore<C> {
         for _ in 0..take_u32(input)? {
             let policy = Arc::new(take_numbers(input)?);
             let r = self.registry.get_or_add(&policy);
-            for _ in 0..take_u32(input)? {
+            let count = take_u32(input)?;
+            // The block's states go to one shard here, or spread evenly over several when
+            // this store has more shards: each gets room for its share once, up front.
+            let share = count as usize * written_shards / self.shards.len().max(written_shards);
+            let mut reserved = vec![false; self.shards.len()];
+            for _ in 0..count {
                 let fp = Fingerprint::from_bits(take_u64(input)?)?;
-                let mut shard = self.shards[self.shard_of(fp)].lock();
+                let s = self.shard_of(fp);
+                let mut shard = self.shards[s].lock();
+                if !std::mem::replace(&mut reserved[s], true) {
+                    shard.reserve(&r, &policy, now, share + share / 8);
+                }
                 if shard.load_entry(&r, &policy, fp, input, now)? {
                     states += 1;
                 }

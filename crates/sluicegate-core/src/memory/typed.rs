@@ -84,6 +84,8 @@ pub(crate) trait PolicyTable: Send {
     fn bytes(&self) -> usize;
     /// Appends every entry (fingerprint, state) to a snapshot; returns how many.
     fn save(&self, out: &mut Vec<u8>) -> u32;
+    /// Makes room for `additional` more entries at once (before a snapshot's entries).
+    fn reserve(&mut self, additional: usize);
     /// Reads one entry's state from a snapshot and keeps it under `fp` unless it expired by
     /// `now` (not asked for a `pinned` key, whose override's numbers date it), or the table
     /// is full, or `fp` is already there; `None` when the bytes are not a state of this
@@ -489,6 +491,10 @@ where
             n += 1;
         });
         n
+    }
+
+    fn reserve(&mut self, additional: usize) {
+        self.raw.reserve(additional);
     }
 
     fn load_entry(
