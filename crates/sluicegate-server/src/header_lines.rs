@@ -5,7 +5,10 @@
 //!
 //! The values are the renderer's ([`sluicegate_core::render`]), in its order; a header set
 //! twice keeps its first place with its last value, as `HeaderMap::insert` does; a value a
-//! `HeaderValue` would refuse is left out, as the map's sink leaves it out.
+//! `HeaderValue` would refuse is left out, as the map's sink leaves it out. The common case
+//! (one enforcing policy, `draft-6` and `ietf`, the route's `RateLimit-Policy` at hand) is
+//! written straight as bytes, names and the policy line fixed, numbers by `itoa`; a
+//! property test holds it to the renderer's output.
 
 use sluicegate_core::render::{self, Header, HeaderSet, HeaderSink, Value};
 use sluicegate_core::{Outcome, SystemClock, Verdict};
