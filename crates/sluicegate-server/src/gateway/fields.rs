@@ -199,7 +199,7 @@ fn same_name(a: &[u8], b: &[u8]) -> bool {
 }
 
 /// Whether `name` is one of [`HOP_BY_HOP`] (compared only with those of its length).
-fn is_hop_by_hop(name: &[u8]) -> bool {
+pub(super) fn is_hop_by_hop(name: &[u8]) -> bool {
     let candidates: &[&str] = match name.len() {
         2 => &["te"],
         7 => &["trailer", "upgrade"],
