@@ -29,7 +29,7 @@ use std::sync::Arc;
 use axum::body::Body;
 use http::{Method, Uri};
 
-use super::fields::{Entry, Fields, Offsets, is_hop_by_hop, strip_hop_by_hop};
+use super::fields::{Entry, Fields, Lines, Offsets, is_hop_by_hop, strip_hop_by_hop};
 use super::{Gateway, Worker};
 use crate::h1;
 use sluicegate_middleware::{FieldLines, LeaseGuard, PoolPermit, RateLimitDecision};
@@ -216,9 +216,38 @@ fn write_head(
         head: &sent.head,
         offsets: sent.conn.offsets(),
     };
+    let mut head = h1::ProxiedHead::new(out, status, body_length(framing));
+    write_fields(out, &mut head, lines);
+    if let Some(decision) = decision.filter(|d| !d.is_forbidden()) {
+        let policy_field = decision.policy_field().map(http::HeaderValue::as_bytes);
+        crate::header_lines::write_lines(sets, decision.verdict(), policy_field, out);
+    }
+    head.finish(out)
+}
+
+/// The upstream's fields as the map holds them after `strip_hop_by_hop`. The usual head —
+/// no name twice, no hop-by-hop field — is the lines in order (`strip_hop_by_hop` does
+/// nothing without a hop-by-hop name, and each name is then its own first line): written
+/// in one pass. Any other through the order model ([`write_modelled_fields`]);
+/// `tests::generated_response_fields_are_the_models` holds the two equal.
+fn write_fields<'a>(out: &mut Vec<u8>, head: &mut h1::ProxiedHead, lines: impl Lines<'a>) {
+    let count = lines.count();
+    let plain = (0..count).all(|i| {
+        let name = lines.name(i);
+        !is_hop_by_hop(name) && !(0..i).any(|j| h1::same_name(lines.name(j), name))
+    });
+    if !plain {
+        return write_modelled_fields(out, head, lines);
+    }
+    for i in 0..count {
+        head.field(out, lines.name(i), lines.value(i), true);
+    }
+}
+
+/// [`write_fields`] for any head, through the `HeaderMap` order model ([`Fields`]).
+fn write_modelled_fields<'a>(out: &mut Vec<u8>, head: &mut h1::ProxiedHead, lines: impl Lines<'a>) {
     let mut map = Fields::of(lines);
     strip_hop_by_hop(&mut map);
-    let mut head = h1::ProxiedHead::new(out, status, body_length(framing));
     for entry in map.entries() {
         if let Entry::Client(first) = *entry {
             for (i, (name, value)) in map.lines(first).enumerate() {
@@ -226,11 +255,6 @@ fn write_head(
             }
         }
     }
-    if let Some(decision) = decision.filter(|d| !d.is_forbidden()) {
-        let policy_field = decision.policy_field().map(http::HeaderValue::as_bytes);
-        crate::header_lines::write_lines(sets, decision.verdict(), policy_field, out);
-    }
-    head.finish(out)
 }
 
 /// The head `to_upstream` and the lane's `write_request` make for this request: `GET`,
@@ -398,6 +422,43 @@ mod tests {
     }
 
     proptest::proptest! {
+        /// Generated response fields, plain (no name twice, no hop-by-hop field) or not: the
+        /// one-pass writer writes what the order model writes.
+        #[test]
+        fn generated_response_fields_are_the_models(
+            lines in proptest::collection::vec((0..12usize, 0..4usize), 0..8),
+            ended in proptest::bool::ANY,
+        ) {
+            const NAMES: [&str; 12] = [
+                "Content-Length", "content-length", "Date", "date", "A", "a", "X-Key",
+                "Connection", "Keep-Alive", "Transfer-Encoding", "Content-Type", "Set-Cookie",
+            ];
+            const VALUES: [&str; 4] = ["1", "a, b", "keep-alive, x-key", "close"];
+            let fields: Vec<h1::Header<'_>> = lines
+                .iter()
+                .map(|&(n, v)| h1::Header { name: NAMES[n], value: VALUES[v].as_bytes() })
+                .collect();
+            let length = if ended { h1::BodyLength::Ended } else { h1::BodyLength::Known(1) };
+            let write = |modelled: bool| {
+                let mut out = Vec::new();
+                let mut head = h1::ProxiedHead::new(&mut out, http::StatusCode::OK, length);
+                if modelled {
+                    write_modelled_fields(&mut out, &mut head, &fields[..]);
+                } else {
+                    write_fields(&mut out, &mut head, &fields[..]);
+                }
+                let chunked = head.finish(&mut out);
+                (out, chunked)
+            };
+            let (mut ours, mut model) = (write(false), write(true));
+            if ours != model {
+                // The `date` line turned a second between the two: once more.
+                (ours, model) = (write(false), write(true));
+            }
+            proptest::prop_assert_eq!(String::from_utf8_lossy(&ours.0), String::from_utf8_lossy(&model.0));
+            proptest::prop_assert_eq!(ours.1, model.1);
+        }
+
         /// Generated heads, plain (no name twice, no hop-by-hop or forwarded field) or not:
         /// the one-pass writer and the map model both write hyper's head.
         #[test]
