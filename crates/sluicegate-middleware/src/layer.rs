@@ -157,10 +157,17 @@ where
         match self.project().kind.project() {
             KindProj::Inner { future, decision } => {
                 let response = std::task::ready!(future.poll(cx))?;
-                Poll::Ready(Ok(match decision.take() {
-                    Some(admitted) => finish(response, admitted.decision, admitted.guard, None),
+                // The decision is read in place, not moved out (each move of it is a
+                // `memcpy` call; docs/benchmarks/middleware.md, sixth pass), and dropped here.
+                let response = match decision.as_mut() {
+                    Some(admitted) => {
+                        let guard = admitted.guard.take();
+                        finish(response, &admitted.decision, guard, None)
+                    }
                     None => response.map(|body| Either::Left(held(body, None, None))),
-                }))
+                };
+                *decision = None;
+                Poll::Ready(Ok(response))
             }
             KindProj::Answered { response } => match response.take() {
                 Some(response) => Poll::Ready(Ok(response.map(Either::Right))),
@@ -201,35 +208,46 @@ where
             request.headers(),
             peer,
         );
-        let kind = match checked {
+        // Each arm builds the future where it is returned: a `kind` bound first and then
+        // wrapped was one more copy of the whole future a request.
+        match checked {
             // `inner` is the service `poll_ready` polled: called here, it needs no clone.
-            CheckNow::Unlimited => Kind::Inner {
-                future: self.inner.call(request),
-                decision: None,
+            CheckNow::Unlimited => ResponseFuture {
+                kind: Kind::Inner {
+                    future: self.inner.call(request),
+                    decision: None,
+                },
             },
-            CheckNow::Decided(decision) if !decision.is_allowed() => Kind::Answered {
-                response: Some(decision.rejection()),
+            CheckNow::Decided(decision) if !decision.is_allowed() => ResponseFuture {
+                kind: Kind::Answered {
+                    response: Some(decision.rejection()),
+                },
             },
             CheckNow::Decided(decision) if decision.answers_at_once() => {
                 // Held from here: if the inner service fails or the future is dropped, the
                 // guard frees the leases; else the body does when it ends.
                 let guard = decision.lease_guard();
-                Kind::Inner {
-                    future: self.inner.call(request),
-                    decision: Some(Admitted { decision, guard }),
+                ResponseFuture {
+                    kind: Kind::Inner {
+                        future: self.inner.call(request),
+                        decision: Some(Admitted { decision, guard }),
+                    },
                 }
             }
-            CheckNow::Decided(decision) => Kind::Waiting {
-                future: Box::pin(admit(self.take_inner(), request, decision)),
+            CheckNow::Decided(decision) => ResponseFuture {
+                kind: Kind::Waiting {
+                    future: Box::pin(admit(self.take_inner(), request, decision)),
+                },
             },
             CheckNow::Later => {
                 let limiter = arc_swap::Guard::into_inner(limiter);
-                Kind::Waiting {
-                    future: Box::pin(check_later(self.take_inner(), request, limiter, peer)),
+                ResponseFuture {
+                    kind: Kind::Waiting {
+                        future: Box::pin(check_later(self.take_inner(), request, limiter, peer)),
+                    },
                 }
             }
-        };
-        ResponseFuture { kind }
+        }
     }
 }
 
@@ -291,7 +309,7 @@ where
         Err(rejected) => return Ok(rejected.response().map(Either::Right)),
     };
     let response = called(inner, request).await?;
-    Ok(finish(response, decision, guard, permit))
+    Ok(finish(response, &decision, guard, permit))
 }
 
 /// Calls `inner`, which was polled ready before it was taken.
@@ -309,7 +327,7 @@ where
 /// `count` (from the response head and body), the leases and pool slot held by the body.
 fn finish<B>(
     mut response: Response<B>,
-    decision: RateLimitDecision,
+    decision: &RateLimitDecision,
     guard: Option<crate::LeaseGuard>,
     permit: Option<crate::PoolPermit>,
 ) -> LimitedResponse<B> {
