@@ -129,22 +129,18 @@ pin_project_lite::pin_project! {
 pin_project_lite::pin_project! {
     #[project = KindProj]
     enum Kind<F, B, E> {
-        // Forwarded at once: `decision` is `None` for a request no limit applies to.
+        // Forwarded at once: `decision` is `None` for a request no limit applies to;
+        // `guard` holds its leases while the inner service works.
         Inner {
             #[pin]
             future: F,
-            decision: Option<Admitted>,
+            decision: Option<RateLimitDecision>,
+            guard: Option<crate::LeaseGuard>,
         },
         // Answered by the limiter (429, 403).
         Answered { response: Option<Response<Full<Bytes>>> },
         Waiting { future: Boxed<B, E> },
     }
-}
-
-/// An admitted request's decision and the leases it holds while the inner service works.
-struct Admitted {
-    decision: RateLimitDecision,
-    guard: Option<crate::LeaseGuard>,
 }
 
 impl<F, B, E> Future for ResponseFuture<F, B, E>
@@ -155,15 +151,16 @@ where
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         match self.project().kind.project() {
-            KindProj::Inner { future, decision } => {
+            KindProj::Inner {
+                future,
+                decision,
+                guard,
+            } => {
                 let response = std::task::ready!(future.poll(cx))?;
                 // The decision is read in place, not moved out (each move of it is a
                 // `memcpy` call; docs/benchmarks/middleware.md, sixth pass), and dropped here.
-                let response = match decision.as_mut() {
-                    Some(admitted) => {
-                        let guard = admitted.guard.take();
-                        finish(response, &admitted.decision, guard, None)
-                    }
+                let response = match decision.as_ref() {
+                    Some(decision) => finish(response, decision, guard.take(), None),
                     None => response.map(|body| Either::Left(held(body, None, None))),
                 };
                 *decision = None;
@@ -216,6 +213,7 @@ where
                 kind: Kind::Inner {
                     future: self.inner.call(request),
                     decision: None,
+                    guard: None,
                 },
             },
             CheckNow::Decided(decision) if !decision.is_allowed() => ResponseFuture {
@@ -230,7 +228,8 @@ where
                 ResponseFuture {
                     kind: Kind::Inner {
                         future: self.inner.call(request),
-                        decision: Some(Admitted { decision, guard }),
+                        decision: Some(decision),
+                        guard,
                     },
                 }
             }
