@@ -96,6 +96,9 @@ impl<B> LeaseBody<B> {
     }
 
     /// Also shows every data frame to `tap`, which settles when the body ends or is dropped.
+    // Inlined: called, it moved the whole response body in and out (two `memcpy` calls a
+    // response; docs/benchmarks/middleware.md, sixth pass).
+    #[inline]
     pub fn with_tap(mut self, tap: Option<UsageTap>) -> Self {
         self.tap = tap;
         self
