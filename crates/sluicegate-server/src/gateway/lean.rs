@@ -302,14 +302,14 @@ fn write_plain_upstream_head(
     }
     write_request_line(out, head, upstream);
     for field in fields {
-        push_line(out, field.name.as_bytes(), field.value);
+        h1::field_line(out, field.name.as_bytes(), field.value);
     }
     out.extend_from_slice(b"x-forwarded-for: ");
     super::push_ip(out, peer.ip());
     out.extend_from_slice(b"\r\nx-forwarded-proto: http\r\n");
     match (host, upstream.authority()) {
-        (Some(host), _) => push_line(out, b"x-forwarded-host", host),
-        (None, Some(authority)) => push_line(out, b"host", authority.as_str().as_bytes()),
+        (Some(host), _) => h1::field_line(out, b"x-forwarded-host", host),
+        (None, Some(authority)) => h1::field_line(out, b"host", authority.as_str().as_bytes()),
         (None, None) => {}
     }
     out.extend_from_slice(b"\r\n");
@@ -323,17 +323,6 @@ fn write_request_line(out: &mut Vec<u8>, head: &h1::Head<'_>, upstream: &Uri) {
     out.extend_from_slice(base.as_bytes());
     out.extend_from_slice(head.path().as_bytes());
     out.extend_from_slice(b" HTTP/1.1\r\n");
-}
-
-/// A field line, its name lower-cased (copied, then lower-cased in place: cheaper than a
-/// byte at a time).
-fn push_line(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
-    let at = out.len();
-    out.extend_from_slice(name);
-    out[at..].make_ascii_lowercase();
-    out.extend_from_slice(b": ");
-    out.extend_from_slice(value);
-    out.extend_from_slice(b"\r\n");
 }
 
 /// [`write_upstream_head`] for any head, through the `HeaderMap` order model ([`Fields`]).
@@ -360,7 +349,7 @@ fn write_modelled_upstream_head(
     }
 
     write_request_line(out, head, upstream);
-    let line = push_line;
+    let line = h1::field_line;
     for entry in map.entries() {
         match *entry {
             Entry::Client(first) => {

@@ -37,7 +37,9 @@ pub use drive::{Handler, Never, Request, Tail, drive};
 pub use head::{Head, MAX_FIELDS, MAX_HEAD, Parsed, parse, plain_target};
 pub use httparse::{EMPTY_HEADER, Header};
 pub use rewind::Rewind;
-pub use write::{BodyLength, ProxiedHead, date, write_proxied_head, write_response, write_status};
+pub use write::{
+    BodyLength, ProxiedHead, date, field_line, write_proxied_head, write_response, write_status,
+};
 
 /// Whether two field names are equal, ASCII case ignored: `<[u8]>::eq_ignore_ascii_case`,
 /// with a cheaper test per byte (equal bytes, or one letter in both cases) than its two
