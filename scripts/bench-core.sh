@@ -43,7 +43,7 @@ if [ "$callgrind" = 1 ]; then
     sed -n 's/.*Executable .*(\(.*keyed_probe-[^)]*\)).*/\1/p' | tail -1)
   checks=100000 # CHECKS in keyed_probe.rs
   for keys in 1000 1000000; do
-    for subject in sluicegate_gcra sluicegate_store_gcra sluicegate_store_borrowed_gcra governor_u64 governor_string; do
+    for subject in sluicegate_gcra sluicegate_gcra_u64 sluicegate_store_gcra sluicegate_store_borrowed_gcra governor_u64 governor_string; do
       out=$(mktemp)
       valgrind --tool=callgrind --callgrind-out-file=/dev/null --collect-atstart=no \
         --toggle-collect='*probe_run*' "$bin" "$subject" "$keys" 2>"$out" >/dev/null
@@ -60,11 +60,12 @@ k() { case $1 in 1000) echo 1k ;; 100000) echo 100k ;; 1000000) echo 1M ;; esac;
 echo "<!-- scripts/bench-core.sh, $(date -u +%Y-%m-%dT%H:%MZ), load average $load_before -> $load_after -->"
 echo "| what | peer, side by side | result | target | met? |"
 echo "|---|---|---|---|---|"
-for subject in sluicegate_store_gcra sluicegate_store_borrowed_gcra sluicegate_gcra; do
+for subject in sluicegate_store_gcra sluicegate_store_borrowed_gcra sluicegate_gcra sluicegate_gcra_u64; do
   case $subject in
     sluicegate_store_gcra) what="MemoryStore path (\`check_now\`, one gcra policy: what the server calls)" ;;
     sluicegate_store_borrowed_gcra) what="MemoryStore path, verdict borrowing its policy (\`check_borrowed\`)" ;;
-    sluicegate_gcra) what="KeyedLimiter gcra" ;;
+    sluicegate_gcra) what="KeyedLimiter gcra, string keys (formatted, 23 bytes hashed)" ;;
+    sluicegate_gcra_u64) what="KeyedLimiter gcra, \`u64\` keys (like for like)" ;;
   esac
   for keys in 1000 1000000; do
     target=$([ "$keys" = 1000 ] && echo 1.0 || echo 1.5)
@@ -82,18 +83,19 @@ done
 echo
 echo "CPU ns a check (median of the interleaved rounds) and throughput ratio to governor (median of per-round ratios):"
 echo
-echo "| keys | threads | store gcra | store gcra, borrowed | KeyedLimiter gcra | KeyedLimiter token_bucket | governor u64 | governor String | harness only | store vs u64 | borrowed vs u64 | gcra vs u64 | store vs String | gcra vs String |"
-echo "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+echo "| keys | threads | store gcra | store gcra, borrowed | KeyedLimiter gcra | KeyedLimiter gcra, u64 keys | KeyedLimiter token_bucket | governor u64 | governor String | harness only | store vs u64 | borrowed vs u64 | gcra vs u64 | gcra u64 vs u64 | store vs String | gcra vs String |"
+echo "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
 for keys in 1000 100000 1000000; do
   for threads in 1 2; do
-    printf '| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s× | %s× | %s× | %s× | %s× |\n' "$(k "$keys")" "$threads" \
+    printf '| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s× | %s× | %s× | %s× | %s× | %s× |\n' "$(k "$keys")" "$threads" \
       "$(ns "$keys" "$threads" sluicegate_store_gcra)" "$(ns "$keys" "$threads" sluicegate_store_borrowed_gcra)" \
-      "$(ns "$keys" "$threads" sluicegate_gcra)" \
+      "$(ns "$keys" "$threads" sluicegate_gcra)" "$(ns "$keys" "$threads" sluicegate_gcra_u64)" \
       "$(ns "$keys" "$threads" sluicegate_token_bucket)" "$(ns "$keys" "$threads" governor_u64)" \
       "$(ns "$keys" "$threads" governor_string)" "$(ns "$keys" "$threads" harness_only)" \
       "$(ratio "$keys" "$threads" sluicegate_store_gcra governor_u64)" \
       "$(ratio "$keys" "$threads" sluicegate_store_borrowed_gcra governor_u64)" \
       "$(ratio "$keys" "$threads" sluicegate_gcra governor_u64)" \
+      "$(ratio "$keys" "$threads" sluicegate_gcra_u64 governor_u64)" \
       "$(ratio "$keys" "$threads" sluicegate_store_gcra governor_string)" \
       "$(ratio "$keys" "$threads" sluicegate_gcra governor_string)"
   done
@@ -102,9 +104,9 @@ if [ "$callgrind" = 1 ]; then
   echo
   echo "Instructions per decision (callgrind, $checks checks after filling):"
   echo
-  echo "| keys | store gcra | store gcra, borrowed | KeyedLimiter gcra | governor u64 | governor String |"
-  echo "|---:|---:|---:|---:|---:|---:|"
+  echo "| keys | store gcra | store gcra, borrowed | KeyedLimiter gcra | KeyedLimiter gcra, u64 keys | governor u64 | governor String |"
+  echo "|---:|---:|---:|---:|---:|---:|---:|"
   for keys in 1000 1000000; do
-    echo "| $(k "$keys") | ${ir[sluicegate_store_gcra/$keys]} | ${ir[sluicegate_store_borrowed_gcra/$keys]} | ${ir[sluicegate_gcra/$keys]} | ${ir[governor_u64/$keys]} | ${ir[governor_string/$keys]} |"
+    echo "| $(k "$keys") | ${ir[sluicegate_store_gcra/$keys]} | ${ir[sluicegate_store_borrowed_gcra/$keys]} | ${ir[sluicegate_gcra/$keys]} | ${ir[sluicegate_gcra_u64/$keys]} | ${ir[governor_u64/$keys]} | ${ir[governor_string/$keys]} |"
   done
 fi

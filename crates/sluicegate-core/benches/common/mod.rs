@@ -8,7 +8,8 @@
 //! - Keys: `n` random 64-bit ids. The access sequence is a precomputed list of ids; the
 //!   string-keyed limiters (ours, and governor with `String` keys) get the id formatted as
 //!   `client-<16 hex digits>` into a stack buffer, as a server has its key in hand;
-//!   governor with `u64` keys gets the id itself (its best case).
+//!   governor with `u64` keys gets the id itself (its best case), and so does ours as
+//!   `sluicegate_gcra_u64` (`KeyedLimiter` keyed by `u64`: like for like).
 //! - Time: governor reads its default clock (quanta, the TSC) in every check; ours is given
 //!   `now` by the caller (`KeyedLimiter`) or asks its `Clock` (`MemoryStore`), so each of
 //!   our checks reads the same quanta clock and converts it to µs since the epoch.
@@ -150,6 +151,21 @@ impl<A: Algorithm> Subject for Ours<A> {
 
     fn len(&self) -> usize {
         self.limiter.len()
+    }
+}
+
+/// [`Ours`] keyed by the id itself, like governor `u64`: no formatting, 8 bytes hashed
+/// (a caller whose clients are numbered, or addressed, gives the limiter that key).
+struct OursU64<A: Algorithm>(Ours<A>);
+
+impl<A: Algorithm> Subject for OursU64<A> {
+    #[inline]
+    fn check_id(&self, id: u64) -> bool {
+        self.0.limiter.check(&id, self.0.clock.now(), 1).allowed
+    }
+
+    fn len(&self) -> usize {
+        self.0.limiter.len()
     }
 }
 
@@ -304,7 +320,7 @@ pub const GOVERNOR_U64: usize = 3;
 pub const HARNESS: usize = 5;
 
 /// The subjects, built lazily: a filtered-out benchmark never builds (nor fills) its own.
-pub const SUBJECTS: [(&str, Make); 8] = [
+pub const SUBJECTS: [(&str, Make); 9] = [
     ("sluicegate_gcra", || {
         Box::new(Ours::<Gcra>::new(AlgorithmKind::Gcra))
     }),
@@ -324,6 +340,9 @@ pub const SUBJECTS: [(&str, Make); 8] = [
     }),
     ("sluicegate_store_borrowed_gcra", || {
         Box::new(StoreBorrowed(Store::new()))
+    }),
+    ("sluicegate_gcra_u64", || {
+        Box::new(OursU64(Ours::<Gcra>::new(AlgorithmKind::Gcra)))
     }),
 ];
 

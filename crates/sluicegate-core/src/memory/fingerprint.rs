@@ -46,7 +46,13 @@ impl KeyHasher {
     /// The fingerprint of `key`.
     #[inline]
     pub(crate) fn fingerprint(&self, key: &str) -> Fingerprint {
-        let fp = self.0.hash(key.as_bytes()) & !1;
+        self.fingerprint_bytes(key.as_bytes())
+    }
+
+    /// The fingerprint of a key known by `bytes` (a [`Key`](super::Key)'s).
+    #[inline(always)]
+    pub(crate) fn fingerprint_bytes(&self, bytes: &[u8]) -> Fingerprint {
+        let fp = self.0.hash(bytes) & !1;
         // 0 marks an empty cell.
         Fingerprint(if fp == 0 { 2 } else { fp })
     }

@@ -10,7 +10,8 @@ use crate::decision::Decision;
 use crate::policy::Policy;
 
 use super::DEFAULT_MAX_KEYS;
-use super::fingerprint::KeyHasher;
+use super::Key;
+use super::fingerprint::{Fingerprint, KeyHasher};
 use super::raw::RawTable;
 use super::shard::{Padded, SWEEP_STEPS, shard_cap, shard_count};
 use super::typed::EVICTION_SAMPLE;
@@ -19,6 +20,12 @@ type Shard<S> = Padded<Mutex<RawTable<S>>>;
 
 /// One policy's limiter over many keys, bounded by `max_keys` like the
 /// [`MemoryStore`](super::MemoryStore) (same tables, same eviction).
+///
+/// A key is any [`Key`]: a string, a byte string, an unsigned integer or an IP address.
+/// Give it the key as the caller has it: a `u64` id is hashed as its 8 bytes, where the
+/// same id formatted as text would be formatted first and then hashed over three words.
+/// One limiter takes one key type (a `u64` key and a string of the same bytes are the
+/// same key).
 ///
 /// ```
 /// use std::time::Duration;
@@ -34,6 +41,12 @@ type Shard<S> = Padded<Mutex<RawTable<S>>>;
 /// assert!(!limiter.check("alice", now, 1).allowed);
 /// assert!(limiter.check("bob", now, 1).allowed);
 /// assert_eq!(limiter.len(), 2);
+///
+/// // Keyed by user id, as governor's `RateLimiter::keyed` is by any `Hash` key.
+/// let by_id = KeyedLimiter::with_max_keys(Gcra::from(sluicegate_core::algorithm::Quota::from(limiter.policy())), limiter.policy().clone(), 10_000);
+/// assert!(by_id.check(&1024u64, now, 2).allowed);
+/// assert!(!by_id.check(&1024u64, now, 1).allowed);
+/// assert!(by_id.check(&1025u64, now, 1).allowed);
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub struct KeyedLimiter<A: Algorithm> {
@@ -81,8 +94,8 @@ impl<A: Algorithm> KeyedLimiter<A> {
     /// changes nothing; `cost` 0 only reads. The caller keeps `cost` within the policy's
     /// capacity (see [`CheckRequest::validate`](crate::CheckRequest::validate)).
     #[inline]
-    pub fn check(&self, key: &str, now: Micros, cost: u64) -> Decision {
-        let fp = self.hasher.fingerprint(key);
+    pub fn check<K: Key + ?Sized>(&self, key: &K, now: Micros, cost: u64) -> Decision {
+        let fp = self.fingerprint(key);
         let alg = &self.algorithm;
         let idle_at = |s: &A::State| alg.idle_at(s);
         let mut table = self.shards[fp.shard(self.shards.len())].lock();
@@ -116,13 +129,13 @@ impl<A: Algorithm> KeyedLimiter<A> {
     }
 
     /// What a request would be told now, changing nothing.
-    pub fn peek(&self, key: &str, now: Micros) -> Decision {
+    pub fn peek<K: Key + ?Sized>(&self, key: &K, now: Micros) -> Decision {
         self.check(key, now, 0)
     }
 
     /// Gives back what an admitted request of `cost` took (see [`Algorithm::refund`]).
-    pub fn refund(&self, key: &str, now: Micros, cost: u64) {
-        let fp = self.hasher.fingerprint(key);
+    pub fn refund<K: Key + ?Sized>(&self, key: &K, now: Micros, cost: u64) {
+        let fp = self.fingerprint(key);
         let mut table = self.shards[fp.shard(self.shards.len())].lock();
         if let Some(i) = table.find(fp) {
             let state = table.state_mut(i);
@@ -133,12 +146,17 @@ impl<A: Algorithm> KeyedLimiter<A> {
     }
 
     /// Forgets `key`; returns whether it was tracked.
-    pub fn remove(&self, key: &str) -> bool {
-        let fp = self.hasher.fingerprint(key);
+    pub fn remove<K: Key + ?Sized>(&self, key: &K) -> bool {
+        let fp = self.fingerprint(key);
         let alg = &self.algorithm;
         self.shards[fp.shard(self.shards.len())]
             .lock()
             .remove(fp, |s| alg.idle_at(s))
+    }
+
+    #[inline(always)]
+    fn fingerprint<K: Key + ?Sized>(&self, key: &K) -> Fingerprint {
+        key.with_bytes(|bytes| self.hasher.fingerprint_bytes(bytes))
     }
 
     /// Keys tracked.

@@ -52,6 +52,7 @@
 #[cfg(test)]
 mod fast_path_tests;
 mod fingerprint;
+mod key;
 mod keyed;
 mod persist;
 mod raw;
@@ -79,6 +80,7 @@ use fingerprint::{Fingerprint, KeyHasher};
 use registry::{PolicyRef, Registry};
 use shard::{Padded, StoreShard, Target, shard_cap, shard_count};
 
+pub use key::Key;
 pub use keyed::KeyedLimiter;
 pub use snapshot::{SnapshotError, SnapshotInfo, SnapshotWriter};
 
