@@ -79,7 +79,9 @@ impl Key for Ipv6Addr {
 
 /// In its canonical form: an IPv4-mapped IPv6 address (`::ffff:a.b.c.d`, what a dual-stack
 /// socket reports for an IPv4 client) is the IPv4 address, so one client cannot hold two
-/// budgets by arriving both ways.
+/// budgets by arriving both ways. Every other address is its own key: an IPv6 client
+/// usually holds a whole /64 and can rotate through it, so give the limiter the address
+/// cut to its prefix (as the server's `ipv6_prefix` does) unless each address is a client.
 impl Key for IpAddr {
     #[inline(always)]
     fn with_bytes<R>(&self, f: impl FnOnce(&[u8]) -> R) -> R {
