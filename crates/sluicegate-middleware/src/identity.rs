@@ -11,6 +11,7 @@ use http::{HeaderMap, HeaderName, Method};
 use ipnet::{IpNet, Ipv6Net};
 use sluicegate_core::store::MAX_KEY_LEN;
 
+use crate::key::ClientKey;
 use crate::lookup::{HeaderLookup, visible_ascii};
 use crate::route::{KeySpec, Route};
 
@@ -235,6 +236,17 @@ impl ClientIdentity {
     }
 }
 
+impl ClientIdentity {
+    /// [`ip_key`](Self::ip_key) as a decision holds it: an IPv4 key in place, without an
+    /// allocation.
+    pub(crate) fn client_key(&self, ip: IpAddr) -> ClientKey {
+        match ip {
+            IpAddr::V4(v4) => ClientKey::ipv4(v4),
+            v6 => ClientKey::from(self.ip_key(v6)),
+        }
+    }
+}
+
 fn push_u8(out: &mut String, n: u8) {
     if n >= 100 {
         out.push(char::from(b'0' + n / 100));
@@ -455,7 +467,7 @@ pub fn route_key(spec: &KeySpec, request: &KeyContext<'_>) -> String {
         client_ip: request.client_ip,
         identity: request.identity,
     };
-    route_key_of(spec, &inputs)
+    route_key_of(spec, &inputs).into_string()
 }
 
 /// What the standard keys read of a request, from any [`HeaderLookup`].
@@ -470,14 +482,16 @@ pub(crate) struct KeyInputs<'a, H: ?Sized> {
 pub(crate) fn route_key_of<H: HeaderLookup + ?Sized>(
     spec: &KeySpec,
     request: &KeyInputs<'_, H>,
-) -> String {
-    let ip_key = || request.identity.ip_key(request.client_ip);
+) -> ClientKey {
+    let ip_key = || request.identity.client_key(request.client_ip);
     let key = match spec {
+        // An IP key (46 bytes at most) is never over `MAX_KEY_LEN`; IPv4 is held in place.
+        KeySpec::Ip => return ip_key(),
         KeySpec::Composite(parts) => composite_key(parts, request),
         part => part_key(part, request),
     };
     key.filter(|k| k.len() <= MAX_KEY_LEN)
-        .unwrap_or_else(ip_key)
+        .map_or_else(ip_key, ClientKey::from)
 }
 
 /// One part's key, prefixed by its kind so that no value can name another kind's state
