@@ -106,7 +106,10 @@ fn small_number(n: u64) -> Option<HeaderValue> {
         10..=99 => 1,
         _ => 0,
     };
-    HeaderValue::from_maybe_shared(Bytes::from_static(&SMALL_NUMBERS[3 * n + lead..3 * n + 3])).ok()
+    let digits = Bytes::from_static(&SMALL_NUMBERS[3 * n + lead..3 * n + 3]);
+    // SAFETY: the table holds only the ASCII digits `0`-`9` (valid UTF-8, the unchecked
+    // constructor's one requirement); `small_numbers_are_their_decimal_text` reads them all.
+    Some(unsafe { HeaderValue::from_maybe_shared_unchecked(digits) })
 }
 
 /// An [`http::HeaderMap`] as a [`HeaderSink`], with the route's [`RouteFields`].
