@@ -11,6 +11,24 @@
 /// fits beside the tag in the 32 bytes the `String` variant takes anyway.
 const INLINE_KEY: usize = 30;
 
+/// Each octet's decimal digits, left-aligned in three bytes, and how many there are.
+static OCTET_TEXT: [(u8, [u8; 3]); 256] = {
+    let mut table = [(0u8, [0u8; 3]); 256];
+    let mut n = 0;
+    while n < 256 {
+        let b = n as u8;
+        table[n] = if b >= 100 {
+            (3, [b'0' + b / 100, b'0' + b / 10 % 10, b'0' + b % 10])
+        } else if b >= 10 {
+            (2, [b'0' + b / 10, b'0' + b % 10, 0])
+        } else {
+            (1, [b'0' + b, 0, 0])
+        };
+        n += 1;
+    }
+    table
+};
+
 /// A client key as a decision holds it: an IPv4 key (the usual one) in place, any other in
 /// a `String`.
 ///
@@ -23,7 +41,8 @@ pub(crate) struct ClientKey(KeyRepr);
 
 #[derive(Clone)]
 enum KeyRepr {
-    // Only `ClientKey::ipv4` makes it: `len` bytes of `ip:`, digits and dots.
+    // Only `ClientKey::ipv4` makes it: `len` bytes of `ip:`, digits and dots (and only
+    // ASCII digits, dots and zeros past them).
     Inline { len: u8, bytes: [u8; INLINE_KEY] },
     Heap(String),
 }
@@ -34,25 +53,22 @@ impl ClientKey {
         let mut bytes = [0u8; INLINE_KEY];
         bytes[..3].copy_from_slice(b"ip:");
         let mut len = 3;
-        for (i, octet) in ip.octets().into_iter().enumerate() {
-            if i > 0 {
-                bytes[len] = b'.';
-                len += 1;
+        // Each octet's three table bytes are copied whole and a dot put after its digits;
+        // what lies past them is overwritten by the next octet or past the key's end
+        // (`len` drops the last dot). Byte by byte, with a bounds check each, it cost
+        // about twice the instructions.
+        for octet in ip.octets() {
+            let (digits, text) = OCTET_TEXT[usize::from(octet)];
+            let digits = usize::from(digits);
+            // In bounds: `len` is at most 3 + 3 * 4 = 15 here, the buffer 30 long.
+            if let Some(room) = bytes.get_mut(len..len + 4) {
+                room[..3].copy_from_slice(&text);
+                room[digits] = b'.';
             }
-            // At most 4 octets of 3 digits and 3 dots after `ip:`: 18 bytes, in bounds.
-            if octet >= 100 {
-                bytes[len] = b'0' + octet / 100;
-                len += 1;
-            }
-            if octet >= 10 {
-                bytes[len] = b'0' + octet / 10 % 10;
-                len += 1;
-            }
-            bytes[len] = b'0' + octet % 10;
-            len += 1;
+            len += digits + 1;
         }
         ClientKey(KeyRepr::Inline {
-            len: len as u8,
+            len: (len - 1) as u8,
             bytes,
         })
     }
@@ -69,9 +85,9 @@ impl ClientKey {
         match &self.0 {
             KeyRepr::Inline { len, bytes } => {
                 let text = bytes.get(..usize::from(*len)).unwrap_or_default();
-                // SAFETY: `Inline` is made only by `ClientKey::ipv4`, which writes ASCII
-                // bytes (`ip:`, digits, dots) and sets `len` to their count: the text is
-                // valid UTF-8 (`ipv4_key_is_ip_key` checks it against `ip_key`'s `String`).
+                // SAFETY: `Inline` is made only by `ClientKey::ipv4`, whose buffer holds only
+                // ASCII bytes (`ip:`, digits and dots from a table, zeros): any prefix of it
+                // is valid UTF-8 (`ipv4_key_is_ip_key` checks the text against `ip_key`).
                 unsafe { std::str::from_utf8_unchecked(text) }
             }
             KeyRepr::Heap(key) => key,
