@@ -19,6 +19,7 @@ use crate::access::{ACCESS_TOTAL, Access, AccessList};
 use crate::builder::RateLimiterBuilder;
 use crate::headers::{self, HeaderSet};
 use crate::identity::{ClientIdentity, KeyContext, KeyExtractor, KeyInputs, route_key_of};
+use crate::key::ClientKey;
 use crate::lookup::{FieldLines, HeaderLookup};
 use crate::pool::{Pool, PoolBindError, PoolBinding, PoolPermit, PoolRejected};
 use crate::route::{Route, RouteTable};
@@ -156,7 +157,7 @@ impl Timer for TokioTimer {
 /// Where [`RateLimiter::key_request`] got: decided without the store, or a key to check.
 enum Keyed<'r> {
     Decided(Option<RateLimitDecision>),
-    Check(&'r Route, String),
+    Check(&'r Route, ClientKey),
 }
 
 /// What a key is formed from, besides the fields: the normal path, the query, the client.
@@ -332,7 +333,7 @@ impl RateLimiter {
         });
         match keyed {
             Keyed::Decided(decision) => decision,
-            Keyed::Check(route, key) => Some(self.check_key(route, key).await),
+            Keyed::Check(route, key) => Some(self.check_keyed(route, key).await),
         }
     }
 
@@ -371,7 +372,7 @@ impl RateLimiter {
         peer: IpAddr,
         route: &Route,
         request: &Keying<'_>,
-    ) -> Option<String> {
+    ) -> Option<ClientKey> {
         let Some(extractor) = &self.extractor else {
             return Some(route_key_of(
                 route.key(),
@@ -387,7 +388,7 @@ impl RateLimiter {
             client_ip: request.client_ip,
             identity: &self.identity,
         };
-        extractor.key(route, &context)
+        extractor.key(route, &context).map(ClientKey::from)
     }
 
     /// [`check`](Self::check) for a request whose head was parsed from bytes: the same
@@ -414,7 +415,7 @@ impl RateLimiter {
         });
         match keyed {
             Keyed::Decided(decision) => decision,
-            Keyed::Check(route, key) => Some(self.check_key(route, key).await),
+            Keyed::Check(route, key) => Some(self.check_keyed(route, key).await),
         }
     }
 
@@ -426,7 +427,7 @@ impl RateLimiter {
         target: &str,
         headers: &H,
         peer: IpAddr,
-        key: impl FnOnce(&Route, &Keying<'_>) -> Option<String>,
+        key: impl FnOnce(&Route, &Keying<'_>) -> Option<ClientKey>,
     ) -> Keyed<'s> {
         let (path, query) = match target.split_once('?') {
             Some((path, query)) => (path, Some(query)),
@@ -459,7 +460,7 @@ impl RateLimiter {
             return Keyed::Decided(None);
         };
         if check_key(&key).is_err() {
-            key = self.identity.ip_key(request.client_ip);
+            key = self.identity.client_key(request.client_ip);
         }
         Keyed::Check(route, key)
     }
@@ -473,7 +474,7 @@ impl RateLimiter {
                 decisions: Default::default(),
                 at: 0,
             },
-            key: self.identity.ip_key(self.identity.mask(addr)),
+            key: self.identity.client_key(self.identity.mask(addr)),
             // A refused client gets no rate-limit headers, waits in no pool and settles
             // nothing: of the route's parts only its path is read.
             parts: route.map_or_else(|| Arc::clone(&self.unrouted), |r| self.parts_of(r)),
@@ -486,6 +487,11 @@ impl RateLimiter {
     /// Decides a request on `route` for an already formed client `key` (1 to 1024 bytes:
     /// the stores refuse others, and that refusal is handled like a store failure).
     pub async fn check_key(&self, route: &Route, key: String) -> RateLimitDecision {
+        self.check_keyed(route, ClientKey::from(key)).await
+    }
+
+    /// [`check_key`](Self::check_key) for a key as the decision holds it.
+    async fn check_keyed(&self, route: &Route, key: ClientKey) -> RateLimitDecision {
         let policies = route.policies();
         let request = CheckRequest::new(policies, &key, route.cost());
         let decided = self.decider.check_unobserved(request).await;
@@ -506,7 +512,7 @@ impl RateLimiter {
 
     /// [`check_key`](Self::check_key) when the store answers at once and no wait queue can
     /// refuse the request; `None`, having consumed nothing, otherwise.
-    fn check_key_now(&self, route: &Route, key: String) -> Option<RateLimitDecision> {
+    fn check_key_now(&self, route: &Route, key: ClientKey) -> Option<RateLimitDecision> {
         let policies = route.policies();
         // Only a delay-mode policy delays (an override keeps the policy's mode).
         if self.wait_queue.is_some() && policies.iter().any(|p| p.delay_budget().is_some()) {
@@ -527,21 +533,29 @@ impl RateLimiter {
         policies: &[Arc<Policy>],
         decided: Result<sluicegate_core::Decided, StoreError>,
     ) -> Verdict {
-        let decided = decided.unwrap_or_else(|error| {
-            let verdict = if error.is_bad_request() {
-                Verdict::store_failed(policies)
-            } else {
-                Verdict::store_error(policies, &error)
-            };
-            sluicegate_core::Decided {
+        // Matched apart, not made one `Decided` first: the usual answer's verdict is then
+        // moved out once (each move of it is a `memcpy` call).
+        match decided {
+            Ok(sluicegate_core::Decided {
+                verdict,
+                failure: None,
+            }) => verdict,
+            Ok(sluicegate_core::Decided {
                 verdict,
                 failure: Some(error),
+            }) => {
+                self.warn_store_error(&error);
+                verdict
             }
-        });
-        if let Some(error) = &decided.failure {
-            self.warn_store_error(error);
+            Err(error) => {
+                self.warn_store_error(&error);
+                if error.is_bad_request() {
+                    Verdict::store_failed(policies)
+                } else {
+                    Verdict::store_error(policies, &error)
+                }
+            }
         }
-        decided.verdict
     }
 
     /// Observes the final verdict (once the wait queue has had its say: a delayed request
@@ -549,7 +563,7 @@ impl RateLimiter {
     fn conclude(
         &self,
         route: &Route,
-        key: String,
+        key: ClientKey,
         verdict: Verdict,
         wait_place: Option<Arc<WaitPlace>>,
     ) -> RateLimitDecision {
@@ -653,7 +667,7 @@ const COST: u64 = 1;
 #[derive(Clone)]
 pub struct RateLimitDecision {
     verdict: Verdict,
-    key: String,
+    key: ClientKey,
     parts: Arc<DecisionParts>,
     wait_place: Option<Arc<WaitPlace>>,
     forbidden: bool,
@@ -812,7 +826,7 @@ impl RateLimitDecision {
             refund: Some(Refund {
                 store: Arc::clone(&self.parts.store),
                 policies: consumed,
-                key: self.key.clone(),
+                key: String::from(&*self.key),
                 cost: self.cost,
             }),
         };
