@@ -103,6 +103,20 @@ fn owned(policy: &Arc<Policy>, pinned: Option<&'static Arc<Policy>>) -> PolicyAr
     }
 }
 
+/// The verdict of one policy whose check [`StoreShard::check_gcra`] declined: the
+/// one-pass check of any algorithm ([`StoreShard::decide_declined`]), out of line.
+#[inline(never)]
+fn verdict_declined<'v>(
+    shard: &mut StoreShard,
+    target: Target<'_>,
+    now: Micros,
+    cost: u64,
+    policy: PolicyArc<'v>,
+) -> Result<VerdictOf<'v>, StoreError> {
+    let decision = shard.decide_declined(target, now, cost);
+    Ok(VerdictOf::one(policy, decision, now))
+}
+
 /// State for every policy in process memory.
 ///
 /// ```
@@ -275,7 +289,7 @@ impl<C: Clock> MemoryStore<C> {
             crate::store::check_key(request.key)?;
             crate::store::check_cost(policy, request.cost)?;
             let now = self.clock.now();
-            return Ok(self.verdict_one(policy, request.key, request.cost, now, hold));
+            return self.verdict_one(policy, request.key, request.cost, now, hold);
         }
         self.check_many(request, hold)
     }
@@ -299,6 +313,10 @@ impl<C: Clock> MemoryStore<C> {
     /// [`Store::check_keyed`], synchronously: each policy under its own key and cost.
     pub fn check_keyed_now(&self, items: &[KeyedCheck<'_>]) -> Result<Verdict, StoreError> {
         KeyedCheck::validate_all(items)?;
+        if let [item] = items {
+            let now = self.clock.now();
+            return self.verdict_one(item.policy, item.key, item.cost, now, owned);
+        }
         Ok(self.decide(items, owned))
     }
 
@@ -307,6 +325,14 @@ impl<C: Clock> MemoryStore<C> {
     }
 
     /// The verdict of one policy, held as `hold` makes it ([`MemoryStore::check_with`]).
+    ///
+    /// One lock, one probe of the key's cells, no allocation. A gcra table (the algorithm
+    /// to choose when unsure) is checked here, inlined whole, and its decision goes
+    /// straight from registers into the verdict. Anything else (another algorithm, a
+    /// shard holding overrides or bounded in bytes, a policy with a penalty, a reload, a
+    /// new key in a full shard) takes [`verdict_declined`], out of line, which returns the
+    /// whole verdict: the fast path's decision is then never merged in memory with one a
+    /// call returned (which had it stored, copied into the verdict, and copied again).
     #[inline(always)]
     fn verdict_one<'a, 'v>(
         &self,
@@ -315,39 +341,54 @@ impl<C: Clock> MemoryStore<C> {
         cost: u64,
         now: Micros,
         hold: impl Fn(&'a Arc<Policy>, Option<&'static Arc<Policy>>) -> PolicyArc<'v>,
-    ) -> VerdictOf<'v> {
-        let placed = self.registry.place(policy);
-        let decision = self.decide_one(placed.r, policy, key, cost, now);
-        VerdictOf::one(hold(policy, placed.pinned), decision, now)
-    }
-
-    /// One policy: one lock, one probe of the key's cells, no allocation. A shard holding
-    /// overrides, a policy with a penalty, or a new key in a full shard take the general
-    /// steps ([`StoreShard::decide_general`], out of line), as several policies do.
-    /// Always inlined: a call here moved the 64-byte decision through the stack twice.
-    #[inline(always)]
-    fn decide_one(
-        &self,
-        r: PolicyRef,
-        policy: &Arc<Policy>,
-        key: &str,
-        cost: u64,
-        now: Micros,
-    ) -> Decision {
+    ) -> Result<VerdictOf<'v>, StoreError> {
+        let Some(placed) = self.registry.cached(policy) else {
+            return self.verdict_uncached(policy, key, cost, now, hold);
+        };
         let fp = self.hasher.fingerprint(key);
         let target = Target {
-            r,
+            r: placed.r,
             policy,
             fp,
             numbers: None,
         };
         let mut shard = self.shards[self.shard_of(fp)].lock();
         let mut declined = false;
-        let mut decision = shard.check_one(&target, now, cost, &mut declined);
+        let decision = shard.check_gcra(&target, now, cost, &mut declined);
         if declined {
-            decision = shard.decide_general(target, now, cost);
+            return verdict_declined(&mut shard, target, now, cost, hold(policy, placed.pinned));
         }
-        decision
+        // Unlocked before the verdict is built (built under the lock, it cost more: the
+        // decision was kept across the unlock's call; core.md's fourth pass).
+        drop(shard);
+        Ok(VerdictOf::one(hold(policy, placed.pinned), decision, now))
+    }
+
+    /// [`MemoryStore::verdict_one`] when the thread's registry cache does not know the
+    /// policy's place (its first check on this thread, or after a reload): the registry
+    /// is asked, then the key decided by any algorithm's one-pass check or the general
+    /// steps. Out of line, so that the inlined path has one source for the place.
+    #[inline(never)]
+    fn verdict_uncached<'a, 'v>(
+        &self,
+        policy: &'a Arc<Policy>,
+        key: &str,
+        cost: u64,
+        now: Micros,
+        hold: impl Fn(&'a Arc<Policy>, Option<&'static Arc<Policy>>) -> PolicyArc<'v>,
+    ) -> Result<VerdictOf<'v>, StoreError> {
+        let placed = self.registry.place(policy);
+        let fp = self.hasher.fingerprint(key);
+        let target = Target {
+            r: placed.r,
+            policy,
+            fp,
+            numbers: None,
+        };
+        let decision = self.shards[self.shard_of(fp)]
+            .lock()
+            .decide_declined(target, now, cost);
+        Ok(VerdictOf::one(hold(policy, placed.pinned), decision, now))
     }
 
     /// The all-or-nothing step over validated items (each policy at most once): lock the
@@ -358,9 +399,6 @@ impl<C: Clock> MemoryStore<C> {
         hold: impl Fn(&'a Arc<Policy>, Option<&'static Arc<Policy>>) -> PolicyArc<'v>,
     ) -> VerdictOf<'v> {
         let now = self.clock.now();
-        if let [item] = items {
-            return self.verdict_one(item.policy, item.key, item.cost, now, hold);
-        }
         let parts: Vec<(PolicyRef, Fingerprint, usize)> = items
             .iter()
             .map(|item| {

@@ -378,16 +378,69 @@ impl StoreShard {
         cost: u64,
         declined: &mut bool,
     ) -> Decision {
-        // No call after the table's check here, so the decision is not kept across one
-        // (it was moved through the stack three times). The decision is returned by value,
-        // not as an `Option`, and the caller assigns the general path's over it: one
-        // 64-byte copy fewer between the table and the verdict.
+        // The decision is returned by value with a `declined` flag, not as an `Option`:
+        // one 64-byte copy fewer on the way out (the store's gcra path is
+        // `check_gcra`; this is what it declines to, out of line).
         if self.general {
             *declined = true;
             return Decision::default();
         }
         // No overrides in the shard: the sweep has no key to keep.
         self.check_table(t, now, cost, self.count < self.cap, |_, _| false, declined)
+    }
+
+    /// [`StoreShard::check_one`] for a gcra table in a shard without overrides or a bound
+    /// in bytes; declines (`declined`, having changed nothing) for every other case, any
+    /// other algorithm included, which [`StoreShard::decide_declined`] then decides. Always
+    /// inlined, into the store's one-policy check: its decision is built in registers.
+    #[inline(always)]
+    pub(crate) fn check_gcra(
+        &mut self,
+        t: &Target<'_>,
+        now: Micros,
+        cost: u64,
+        declined: &mut bool,
+    ) -> Decision {
+        let room = self.count < self.cap;
+        let table = match self.tables.get_mut(t.r.index) {
+            Some(Some(TableCell {
+                id,
+                table: AnyTable::Gcra(table),
+                ..
+            })) if !self.general
+                && *id == t.r.id
+                && t.numbers.is_none()
+                && t.policy.penalty() == 0 =>
+            {
+                table
+            }
+            _ => {
+                *declined = true;
+                return Decision::default();
+            }
+        };
+        let check = OneCheck {
+            now,
+            cost,
+            max_delay: t.policy.delay_budget(),
+            room,
+            // No overrides in the shard: the sweep has no key to keep.
+            pinned: |_| false,
+        };
+        table.check(t.fp, check, &mut self.count, declined)
+    }
+
+    /// One policy's decision when [`StoreShard::check_gcra`] declined: the one-pass check
+    /// of any algorithm ([`StoreShard::check_one`]), else the general steps
+    /// ([`StoreShard::decide_general`]).
+    #[inline]
+    pub(crate) fn decide_declined(&mut self, t: Target<'_>, now: Micros, cost: u64) -> Decision {
+        let mut declined = false;
+        let decision = self.check_one(&t, now, cost, &mut declined);
+        if declined {
+            return self.decide_general(t, now, cost);
+        }
+        decision
     }
 
     /// [`StoreShard::check_one`] once the key's numbers are known (`t.numbers`), in a

@@ -134,7 +134,7 @@ impl<A: Algorithm + From<Quota>> TypedTable<A> {
 
     /// [`AnyTable::check`] for this algorithm.
     #[inline(always)]
-    fn check<P: Fn(Fingerprint) -> bool>(
+    pub(crate) fn check<P: Fn(Fingerprint) -> bool>(
         &mut self,
         fp: Fingerprint,
         c: OneCheck<P>,
