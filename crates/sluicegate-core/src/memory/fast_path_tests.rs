@@ -76,12 +76,13 @@ proptest! {
             now += wait_ms * 1000;
             let fp = hasher.fingerprint(&format!("client-{key}"));
             let t = Target { r, policy: &policy, fp, numbers: None };
-            let mut declined = false;
             // The store's chain: gcra inline, else any algorithm's one pass, else general.
-            let mut by_fast = fast.check_gcra(&t, now, cost, &mut declined);
-            if declined {
-                by_fast = fast.decide_declined(t, now, cost);
-            }
+            // Dropping the `Unswept` takes the sweep steps (at the end of the `if let`).
+            let by_fast = if let Some((decision, _)) = fast.check_gcra(&t, now, cost) {
+                decision
+            } else {
+                fast.decide_declined(t, now, cost)
+            };
             let by_general = general_steps(&mut general, t, now, cost);
             prop_assert_eq!(by_fast, by_general, "step {}", i);
             prop_assert_eq!(fast.count(), general.count(), "step {}", i);

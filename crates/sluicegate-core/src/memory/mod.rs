@@ -353,15 +353,13 @@ impl<C: Clock> MemoryStore<C> {
             numbers: None,
         };
         let mut shard = self.shards[self.shard_of(fp)].lock();
-        let mut declined = false;
-        let decision = shard.check_gcra(&target, now, cost, &mut declined);
-        if declined {
-            return verdict_declined(&mut shard, target, now, cost, hold(policy, placed.pinned));
+        if let Some((decision, _unswept)) = shard.check_gcra(&target, now, cost) {
+            // The verdict is written as this function's value, then the table's sweep
+            // steps run (dropping `_unswept`: they cannot change the verdict), then the
+            // shard is unlocked: no value of the decision is kept across either call.
+            return Ok(VerdictOf::one(hold(policy, placed.pinned), decision, now));
         }
-        // Unlocked before the verdict is built (built under the lock, it cost more: the
-        // decision was kept across the unlock's call; core.md's fourth pass).
-        drop(shard);
-        Ok(VerdictOf::one(hold(policy, placed.pinned), decision, now))
+        verdict_declined(&mut shard, target, now, cost, hold(policy, placed.pinned))
     }
 
     /// [`MemoryStore::verdict_one`] when the thread's registry cache does not know the
