@@ -441,8 +441,8 @@ impl StoreShard {
             _ => return None,
         };
         let mut declined = false;
-        let check = (now, cost, t.policy.delay_budget(), self.cap);
-        let decision = table.check_unswept(t.fp, check, &mut self.count, &mut declined);
+        let check = (now, cost, t.policy.delay_budget());
+        let decision = table.check_unswept(t.fp, check, &self.cap, &mut self.count, &mut declined);
         if declined {
             return None;
         }

@@ -142,7 +142,8 @@ impl<A: Algorithm + From<Quota>> TypedTable<A> {
         count: &mut usize,
         declined: &mut bool,
     ) -> Decision {
-        let decision = self.check_unswept(fp, (c.now, c.cost, c.max_delay, c.cap), count, declined);
+        let decision =
+            self.check_unswept(fp, (c.now, c.cost, c.max_delay), &c.cap, count, declined);
         if !*declined {
             self.sweep_after_check(c.now, count, &c.pinned);
         }
@@ -151,12 +152,14 @@ impl<A: Algorithm + From<Quota>> TypedTable<A> {
 
     /// [`TypedTable::check`] but for its sweep steps, which the caller then takes
     /// ([`TypedTable::sweep_after_check`]) unless `declined` is set (nothing changed);
-    /// `(now, cost, max_delay, cap)` are a [`OneCheck`]'s fields.
+    /// `(now, cost, max_delay)` and `cap` are a [`OneCheck`]'s fields (`cap` by reference:
+    /// the shard's, read only on an insert's path).
     #[inline(always)]
     pub(crate) fn check_unswept(
         &mut self,
         fp: Fingerprint,
-        (now, cost, max_delay, cap): (Micros, u64, Option<Micros>, usize),
+        (now, cost, max_delay): (Micros, u64, Option<Micros>),
+        cap: &usize,
         count: &mut usize,
         declined: &mut bool,
     ) -> Decision {
@@ -177,7 +180,7 @@ impl<A: Algorithm + From<Quota>> TypedTable<A> {
                 // Room for a new key without making any: compared here, on the insert's
                 // path, so that the shard's count and bound are not loaded (and kept)
                 // ahead of the probe on every check.
-                None if *count < cap => {
+                None if *count < *cap => {
                     *count += 1;
                     self.raw.insert(fp)
                 }
