@@ -410,7 +410,7 @@ impl StoreShard {
             return Decision::default();
         }
         // No overrides in the shard: the sweep has no key to keep.
-        self.check_table(t, now, cost, self.cap, |_, _| false, declined)
+        self.check_table::<true>(t, now, cost, self.cap, |_, _| false, declined)
     }
 
     /// [`StoreShard::check_one`] for a gcra table in a shard without overrides or a bound
@@ -476,7 +476,7 @@ impl StoreShard {
         let cap = if self.over_budget() { 0 } else { self.cap };
         let pinned = |overrides: &Overrides, fp| overrides.contains_key(&fp);
         let mut declined = false;
-        let decision = self.check_table(t, now, cost, cap, pinned, &mut declined);
+        let decision = self.check_table::<false>(t, now, cost, cap, pinned, &mut declined);
         if declined {
             return None;
         }
@@ -491,8 +491,11 @@ impl StoreShard {
     /// `cap`: the count of states below which a new key may be inserted without making
     /// room first; `pinned`: the
     /// keys the sweep must keep, given the shard's overrides.
+    /// `ANY`: every algorithm's check inlined here ([`AnyTable::check_any`], for the
+    /// out-of-line callers of [`StoreShard::check_one`]), else gcra's alone
+    /// ([`AnyTable::check`]).
     #[inline(always)]
-    fn check_table(
+    fn check_table<const ANY: bool>(
         &mut self,
         t: &Target<'_>,
         now: Micros,
@@ -520,7 +523,11 @@ impl StoreShard {
             cap,
             pinned: |fp| pinned(overrides, fp),
         };
-        held.table.check(t.fp, check, &mut self.count, declined)
+        if ANY {
+            held.table.check_any(t.fp, check, &mut self.count, declined)
+        } else {
+            held.table.check(t.fp, check, &mut self.count, declined)
+        }
     }
 
     /// [`StoreShard::shed`] after a one-policy check, out of the hot path.

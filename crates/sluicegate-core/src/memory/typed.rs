@@ -294,6 +294,19 @@ impl AnyTable {
         }
     }
 
+    /// [`AnyTable::check`] with every algorithm inlined (seven bodies): for a caller that
+    /// is itself out of line, which then makes no second call.
+    #[inline(always)]
+    pub(crate) fn check_any<P: Fn(Fingerprint) -> bool>(
+        &mut self,
+        fp: Fingerprint,
+        c: OneCheck<P>,
+        count: &mut usize,
+        declined: &mut bool,
+    ) -> Decision {
+        each_table!(self, |t| t.check(fp, c, count, declined))
+    }
+
     /// [`AnyTable::check`] for the algorithms other than gcra; `(now, cost, max_delay,
     /// cap)` and `pinned` are a [`OneCheck`]'s fields.
     #[inline(never)]
