@@ -177,24 +177,13 @@ impl Registry {
     /// same policy: the address still names it).
     #[inline]
     pub(crate) fn place(&self, policy: &Arc<Policy>) -> Placed {
-        match self.cached(policy) {
-            Some(placed) => placed,
-            None => self.lookup(policy, Arc::as_ptr(policy) as usize),
-        }
-    }
-
-    /// [`Registry::place`] when the thread's cache has it (reads the cache only, no call:
-    /// a caller that takes another path on `None` keeps the place in registers, where a
-    /// place that [`Registry::lookup`] might have returned instead went through memory).
-    #[inline]
-    pub(crate) fn cached(&self, policy: &Arc<Policy>) -> Option<Placed> {
         let address = Arc::as_ptr(policy) as usize;
         let epoch = self.epoch.load(Ordering::Acquire);
         let cached = CACHE.with(|c| c[slot(address)].get());
         if cached.address == address && cached.epoch == epoch {
-            return Some(cached.placed);
+            return cached.placed;
         }
-        None
+        self.lookup(policy, address)
     }
 
     /// [`Registry::place`] without the thread's cache; fills it.
