@@ -30,6 +30,7 @@ pub struct Decision {
 
 impl Decision {
     /// An admitted decision without delay.
+    #[inline]
     pub fn allow(limit: u64, remaining: u64, reset_after: Micros) -> Self {
         Decision {
             allowed: true,
@@ -43,6 +44,7 @@ impl Decision {
     }
 
     /// A denied decision; `retry_after` is at least one microsecond.
+    #[inline]
     pub fn deny(limit: u64, remaining: u64, reset_after: Micros, retry_after: Micros) -> Self {
         Decision {
             allowed: false,

@@ -1,5 +1,6 @@
-//! The store's one-policy fast path ([`StoreShard::check_one`], falling back to
-//! [`StoreShard::decide_general`] when it declines) against the general steps it stands
+//! The store's one-policy fast path ([`StoreShard::check_gcra`], falling back to
+//! [`StoreShard::decide_declined`]: [`StoreShard::check_one`] for any algorithm, then
+//! [`StoreShard::decide_general`] when that declines) against the general steps it stands
 //! for (evaluate, commit if admitted, sweep), on two shards fed the same random requests:
 //! every decision and every count of tracked states must be the same, for every algorithm
 //! and mode, with keys evicted (more keys than the shard's bound) and states expiring.
@@ -75,11 +76,13 @@ proptest! {
             now += wait_ms * 1000;
             let fp = hasher.fingerprint(&format!("client-{key}"));
             let t = Target { r, policy: &policy, fp, numbers: None };
-            let mut declined = false;
-            let mut by_fast = fast.check_one(&t, now, cost, &mut declined);
-            if declined {
-                by_fast = fast.decide_general(t, now, cost);
-            }
+            // The store's chain: gcra inline, else any algorithm's one pass, else general.
+            // Dropping the `Unswept` takes the sweep steps (at the end of the `if let`).
+            let by_fast = if let Some((decision, _)) = fast.check_gcra(&t, now, cost) {
+                decision
+            } else {
+                fast.decide_declined(t, now, cost)
+            };
             let by_general = general_steps(&mut general, t, now, cost);
             prop_assert_eq!(by_fast, by_general, "step {}", i);
             prop_assert_eq!(fast.count(), general.count(), "step {}", i);

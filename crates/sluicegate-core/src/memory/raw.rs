@@ -95,6 +95,11 @@ impl<S: Default> RawTable<S> {
     #[inline(always)]
     pub(crate) fn update<R>(&mut self, i: usize, f: impl FnOnce(&mut S) -> R) -> R {
         let state = &mut self.cells[i].state;
+        // Known from the type: such a state has no `heap_of` (`with_heap`), and the
+        // one-policy path then tests nothing here.
+        if !std::mem::needs_drop::<S>() {
+            return f(state);
+        }
         let Some(heap_of) = self.heap_of else {
             return f(state);
         };

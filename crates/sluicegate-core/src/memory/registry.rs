@@ -92,29 +92,38 @@ struct Inner {
 #[derive(Debug)]
 pub(crate) struct Registry {
     inner: RwLock<Inner>,
-    /// This registry among all of the process's (never reused).
-    tag: u64,
     /// Moves on whenever a remembered address is forgotten or a place changes (only under
     /// the write lock): a cached place is good while the epoch it was read at is current.
+    /// Drawn from [`next_epoch`], so an epoch also names this registry among the
+    /// process's: a cached place is compared with it alone, not with a registry tag too.
     epoch: AtomicU64,
+}
+
+/// A value no registry of the process has had as its epoch, nor will have (the thread
+/// caches' empty entries hold 0).
+fn next_epoch() -> u64 {
+    static EPOCHS: AtomicU64 = AtomicU64::new(1);
+    EPOCHS.fetch_add(1, Ordering::Relaxed)
 }
 
 impl Default for Registry {
     fn default() -> Self {
-        static NEXT_TAG: AtomicU64 = AtomicU64::new(1);
         Registry {
             inner: RwLock::default(),
-            tag: NEXT_TAG.fetch_add(1, Ordering::Relaxed),
-            epoch: AtomicU64::new(0),
+            epoch: AtomicU64::new(next_epoch()),
         }
     }
 }
 
-/// One thread's memory of a lookup: registry `tag`, the `Arc<Policy>`'s address, the
-/// registry's epoch when it was found, and the place.
+/// One thread's memory of a lookup: the `Arc<Policy>`'s address, the epoch of the
+/// registry when it was found (which names the registry too), and the place.
+///
+/// 64 bytes (48 of them used), aligned: an entry is one cache line, and its offset in the
+/// cache is the address's slot bits shifted, one shift and one mask (48-byte entries took
+/// a multiply by three besides).
 #[derive(Debug, Clone, Copy)]
+#[repr(align(64))]
 struct Cached {
-    tag: u64,
     address: usize,
     epoch: u64,
     placed: Placed,
@@ -132,7 +141,6 @@ thread_local! {
     static CACHE: [Cell<Cached>; CACHED] = const {
         [const {
             Cell::new(Cached {
-                tag: 0,
                 address: 0,
                 epoch: 0,
                 placed: Placed {
@@ -172,7 +180,7 @@ impl Registry {
         let address = Arc::as_ptr(policy) as usize;
         let epoch = self.epoch.load(Ordering::Acquire);
         let cached = CACHE.with(|c| c[slot(address)].get());
-        if cached.tag == self.tag && cached.address == address && cached.epoch == epoch {
+        if cached.address == address && cached.epoch == epoch {
             return cached.placed;
         }
         self.lookup(policy, address)
@@ -182,7 +190,6 @@ impl Registry {
     fn lookup(&self, policy: &Arc<Policy>, address: usize) -> Placed {
         let remember = |epoch: u64, placed: Placed| {
             let entry = Cached {
-                tag: self.tag,
                 address,
                 epoch,
                 placed,
@@ -225,7 +232,7 @@ impl Registry {
             inner
                 .by_address
                 .retain(|_, (weak, _)| weak.strong_count() > 0);
-            self.epoch.fetch_add(1, Ordering::Release);
+            self.epoch.store(next_epoch(), Ordering::Release);
         }
         if let Some((_, held)) = inner.by_address.get(&address) {
             // Another thread remembered it meanwhile.
@@ -266,7 +273,7 @@ impl Registry {
     pub(crate) fn retain(&self, keep: &[Arc<Policy>]) -> Vec<PolicyRef> {
         let mut inner = self.inner.write();
         // Every thread's cached places are checked against the registry again.
-        self.epoch.fetch_add(1, Ordering::Release);
+        self.epoch.store(next_epoch(), Ordering::Release);
         let mut dropped: Vec<(CountingKey, PolicyRef)> = Vec::new();
         let keep: Vec<CountingKey> = keep.iter().map(|k| k.counting_key()).collect();
         inner.by_policy.retain(|counting, r| {

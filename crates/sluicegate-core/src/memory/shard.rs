@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::ops::{Deref, DerefMut};
 use std::sync::Arc;
 
-use crate::algorithm::Admitted;
+use crate::algorithm::{Admitted, Gcra};
 use crate::clock::Micros;
 use crate::decision::Decision;
 use crate::overrides::Override;
@@ -15,7 +15,7 @@ use super::fingerprint::Fingerprint;
 use super::persist::{put_str, put_u32, put_u64};
 use super::registry::PolicyRef;
 use super::snapshot::put_numbers;
-use super::typed::{AnyTable, Numbers, OneCheck, table_for};
+use super::typed::{AnyTable, Numbers, OneCheck, TypedTable, table_for};
 
 /// Most shards a store or limiter uses.
 const MAX_SHARDS: usize = 256;
@@ -68,6 +68,30 @@ pub(crate) struct Target<'a> {
     pub(crate) fp: Fingerprint,
     /// The key's own numbers when it has an override (from [`StoreShard::resolve`]).
     pub(crate) numbers: Numbers<'a>,
+}
+
+/// A gcra table whose one-policy check ([`StoreShard::check_gcra`]) is done but for its
+/// sweep steps, which run when this is dropped (no override in the shard: no key to
+/// keep).
+///
+/// On drop, not by a call: a function that returns its verdict as its value and holds
+/// this then writes the verdict in place first, and sweeps after (its locals are dropped
+/// once its value is written). Swept by a call before the verdict was returned, the
+/// verdict was built in a local and copied out (14 instructions); swept before the
+/// verdict was built, the decision was kept in spilled registers across the sweep's
+/// out-of-line walk.
+pub(crate) struct Unswept<'a> {
+    table: &'a mut TypedTable<Gcra>,
+    count: &'a mut usize,
+    now: Micros,
+}
+
+impl Drop for Unswept<'_> {
+    #[inline(always)]
+    fn drop(&mut self) {
+        self.table
+            .sweep_after_check(self.now, self.count, &|_| false);
+    }
 }
 
 /// Running penalties of this shard's keys: (policy index, policy id, key) → end, µs.
@@ -378,25 +402,81 @@ impl StoreShard {
         cost: u64,
         declined: &mut bool,
     ) -> Decision {
-        // No call after the table's check here, so the decision is not kept across one
-        // (it was moved through the stack three times). The decision is returned by value,
-        // not as an `Option`, and the caller assigns the general path's over it: one
-        // 64-byte copy fewer between the table and the verdict.
+        // The decision is returned by value with a `declined` flag, not as an `Option`:
+        // one 64-byte copy fewer on the way out (the store's gcra path is
+        // `check_gcra`; this is what it declines to, out of line).
         if self.general {
             *declined = true;
             return Decision::default();
         }
         // No overrides in the shard: the sweep has no key to keep.
-        self.check_table(t, now, cost, self.count < self.cap, |_, _| false, declined)
+        self.check_table::<true>(t, now, cost, self.cap, |_, _| false, declined)
+    }
+
+    /// [`StoreShard::check_one`] for a gcra table in a shard without overrides or a bound
+    /// in bytes, but for its sweep steps, which run when the [`Unswept`] returned is
+    /// dropped (after the caller built its verdict). `None`, having changed nothing, for every other case,
+    /// any other algorithm included, which [`StoreShard::decide_declined`] then decides.
+    /// Always inlined, into the store's one-policy check: its decision is built in
+    /// registers.
+    #[inline(always)]
+    pub(crate) fn check_gcra(
+        &mut self,
+        t: &Target<'_>,
+        now: Micros,
+        cost: u64,
+    ) -> Option<(Decision, Unswept<'_>)> {
+        let table = match self.tables.get_mut(t.r.index) {
+            Some(Some(TableCell {
+                id,
+                table: AnyTable::Gcra(table),
+                ..
+            })) if !self.general
+                && *id == t.r.id
+                && t.numbers.is_none()
+                && t.policy.penalty() == 0 =>
+            {
+                table
+            }
+            _ => return None,
+        };
+        let mut declined = false;
+        let check = (now, cost, t.policy.delay_budget());
+        let decision = table.check_unswept(t.fp, check, &self.cap, &mut self.count, &mut declined);
+        if declined {
+            return None;
+        }
+        Some((
+            decision,
+            Unswept {
+                table,
+                count: &mut self.count,
+                now,
+            },
+        ))
+    }
+
+    /// One policy's decision when [`StoreShard::check_gcra`] declined: the one-pass check
+    /// of any algorithm ([`StoreShard::check_one`]), else the general steps
+    /// ([`StoreShard::decide_general`]).
+    #[inline]
+    pub(crate) fn decide_declined(&mut self, t: Target<'_>, now: Micros, cost: u64) -> Decision {
+        let mut declined = false;
+        let decision = self.check_one(&t, now, cost, &mut declined);
+        if declined {
+            return self.decide_general(t, now, cost);
+        }
+        decision
     }
 
     /// [`StoreShard::check_one`] once the key's numbers are known (`t.numbers`), in a
     /// shard with or without a bound in bytes.
     fn check_resolved(&mut self, t: &Target<'_>, now: Micros, cost: u64) -> Option<Decision> {
-        let room = self.count < self.cap && !self.over_budget();
+        // Over its bytes, the shard makes room before any new key: as if full.
+        let cap = if self.over_budget() { 0 } else { self.cap };
         let pinned = |overrides: &Overrides, fp| overrides.contains_key(&fp);
         let mut declined = false;
-        let decision = self.check_table(t, now, cost, room, pinned, &mut declined);
+        let decision = self.check_table::<false>(t, now, cost, cap, pinned, &mut declined);
         if declined {
             return None;
         }
@@ -408,15 +488,19 @@ impl StoreShard {
     }
 
     /// The one-pass check in `t`'s table (`declined` as for [`StoreShard::check_one`]);
-    /// `room`: whether a new key may be inserted without making room first; `pinned`: the
+    /// `cap`: the count of states below which a new key may be inserted without making
+    /// room first; `pinned`: the
     /// keys the sweep must keep, given the shard's overrides.
+    /// `ANY`: every algorithm's check inlined here ([`AnyTable::check_any`], for the
+    /// out-of-line callers of [`StoreShard::check_one`]), else gcra's alone
+    /// ([`AnyTable::check`]).
     #[inline(always)]
-    fn check_table(
+    fn check_table<const ANY: bool>(
         &mut self,
         t: &Target<'_>,
         now: Micros,
         cost: u64,
-        room: bool,
+        cap: usize,
         pinned: impl Fn(&Overrides, Fingerprint) -> bool,
         declined: &mut bool,
     ) -> Decision {
@@ -436,10 +520,14 @@ impl StoreShard {
             now,
             cost,
             max_delay: t.policy.delay_budget(),
-            room,
+            cap,
             pinned: |fp| pinned(overrides, fp),
         };
-        held.table.check(t.fp, check, &mut self.count, declined)
+        if ANY {
+            held.table.check_any(t.fp, check, &mut self.count, declined)
+        } else {
+            held.table.check(t.fp, check, &mut self.count, declined)
+        }
     }
 
     /// [`StoreShard::shed`] after a one-policy check, out of the hot path.

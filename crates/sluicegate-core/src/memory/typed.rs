@@ -100,7 +100,8 @@ pub(crate) trait PolicyTable: Send {
 }
 
 /// The rest of a one-policy check ([`AnyTable::check`]): the time, the cost, the
-/// policy's delay budget, whether a new key may be inserted without making room, and the
+/// policy's delay budget, the bound on the shard's states below which a new key may be
+/// inserted without making room (`cap`; the shard's count is passed beside it), and the
 /// keys the sweep must keep (those with an override: `P`, a closure known statically, so
 /// that a shard without overrides passes one that keeps nothing, for free).
 #[derive(Clone, Copy)]
@@ -108,7 +109,7 @@ pub(crate) struct OneCheck<P> {
     pub(crate) now: Micros,
     pub(crate) cost: u64,
     pub(crate) max_delay: Option<Micros>,
-    pub(crate) room: bool,
+    pub(crate) cap: usize,
     pub(crate) pinned: P,
 }
 
@@ -134,21 +135,35 @@ impl<A: Algorithm + From<Quota>> TypedTable<A> {
 
     /// [`AnyTable::check`] for this algorithm.
     #[inline(always)]
-    fn check<P: Fn(Fingerprint) -> bool>(
+    pub(crate) fn check<P: Fn(Fingerprint) -> bool>(
         &mut self,
         fp: Fingerprint,
         c: OneCheck<P>,
         count: &mut usize,
         declined: &mut bool,
     ) -> Decision {
+        let decision =
+            self.check_unswept(fp, (c.now, c.cost, c.max_delay), &c.cap, count, declined);
+        if !*declined {
+            self.sweep_after_check(c.now, count, &c.pinned);
+        }
+        decision
+    }
+
+    /// [`TypedTable::check`] but for its sweep steps, which the caller then takes
+    /// ([`TypedTable::sweep_after_check`]) unless `declined` is set (nothing changed);
+    /// `(now, cost, max_delay)` and `cap` are a [`OneCheck`]'s fields (`cap` by reference:
+    /// the shard's, read only on an insert's path).
+    #[inline(always)]
+    pub(crate) fn check_unswept(
+        &mut self,
+        fp: Fingerprint,
+        (now, cost, max_delay): (Micros, u64, Option<Micros>),
+        cap: &usize,
+        count: &mut usize,
+        declined: &mut bool,
+    ) -> Decision {
         let alg = &self.alg;
-        let OneCheck {
-            now,
-            cost,
-            max_delay,
-            room,
-            pinned,
-        } = c;
         let (decision, at) = match self.raw.find(fp) {
             Some(i) => (
                 alg.evaluate(self.raw.state(i), now, cost, max_delay),
@@ -162,7 +177,10 @@ impl<A: Algorithm + From<Quota>> TypedTable<A> {
         if decision.allowed && cost > 0 {
             let i = match at {
                 Some(i) => i,
-                None if room => {
+                // Room for a new key without making any: compared here, on the insert's
+                // path, so that the shard's count and bound are not loaded (and kept)
+                // ahead of the probe on every check.
+                None if *count < *cap => {
                     *count += 1;
                     self.raw.insert(fp)
                 }
@@ -175,10 +193,21 @@ impl<A: Algorithm + From<Quota>> TypedTable<A> {
             self.raw
                 .note_idle_at(now.saturating_add(decision.reset_after));
         }
+        decision
+    }
+
+    /// The sweep steps of a one-policy check, keeping `count` (the shard's states).
+    #[inline(always)]
+    pub(crate) fn sweep_after_check(
+        &mut self,
+        now: Micros,
+        count: &mut usize,
+        pinned: &dyn Fn(Fingerprint) -> bool,
+    ) {
+        let alg = &self.alg;
         *count -= self
             .raw
-            .sweep(now, super::shard::SWEEP_STEPS, |s| alg.idle_at(s), &pinned);
-        decision
+            .sweep(now, super::shard::SWEEP_STEPS, |s| alg.idle_at(s), pinned);
     }
 }
 
@@ -235,7 +264,7 @@ impl AnyTable {
     /// [`PolicyTable::sweep`]: the one-policy path, in one call, dispatched statically.
     /// Returns the decision and keeps `count` (the shard's states) for an insertion and
     /// what the sweep dropped (a small return value, not a tuple through memory); `None`,
-    /// having changed nothing, when `fp` is new, must be inserted and there is no `room`
+    /// having changed nothing, when `fp` is new, must be inserted and there is no room
     /// (the caller makes room first, on the general path).
     ///
     /// gcra, the algorithm to choose when unsure (docs/choosing-an-algorithm.md), is
@@ -257,7 +286,7 @@ impl AnyTable {
             // before the branch, on gcra's path too.
             _ => self.check_other(
                 fp,
-                (c.now, c.cost, c.max_delay, c.room),
+                (c.now, c.cost, c.max_delay, c.cap),
                 c.pinned,
                 count,
                 declined,
@@ -265,13 +294,26 @@ impl AnyTable {
         }
     }
 
+    /// [`AnyTable::check`] with every algorithm inlined (seven bodies): for a caller that
+    /// is itself out of line, which then makes no second call.
+    #[inline(always)]
+    pub(crate) fn check_any<P: Fn(Fingerprint) -> bool>(
+        &mut self,
+        fp: Fingerprint,
+        c: OneCheck<P>,
+        count: &mut usize,
+        declined: &mut bool,
+    ) -> Decision {
+        each_table!(self, |t| t.check(fp, c, count, declined))
+    }
+
     /// [`AnyTable::check`] for the algorithms other than gcra; `(now, cost, max_delay,
-    /// room)` and `pinned` are a [`OneCheck`]'s fields.
+    /// cap)` and `pinned` are a [`OneCheck`]'s fields.
     #[inline(never)]
     fn check_other<P: Fn(Fingerprint) -> bool>(
         &mut self,
         fp: Fingerprint,
-        (now, cost, max_delay, room): (Micros, u64, Option<Micros>, bool),
+        (now, cost, max_delay, cap): (Micros, u64, Option<Micros>, usize),
         pinned: P,
         count: &mut usize,
         declined: &mut bool,
@@ -280,7 +322,7 @@ impl AnyTable {
             now,
             cost,
             max_delay,
-            room,
+            cap,
             pinned,
         };
         each_table!(self, |t| t.check(fp, c, count, declined))
