@@ -26,12 +26,20 @@ cargo bench -q -p sluicegate-core --bench keyed -- ab_interleaved >"$log" 2>&1 |
   cat "$log" >&2
   exit 1
 }
+# The like-for-like pair (u64 keys on both sides), in its own binary (why: keyed_u64.rs).
+cargo bench -q -p sluicegate-core --bench keyed_u64 >>"$log" 2>&1 || {
+  cat "$log" >&2
+  exit 1
+}
 load_after=$(cut -d' ' -f1-3 /proc/loadavg)
 
 # ab/<keys>/<threads>thread/<subject>: median <ns> CPU ns a check[; throughput vs
 # governor_string <r>x, vs governor_u64 <r>x]
-ns() { sed -n "s|^ab/$1/$2thread/$3: median \([0-9.]*\) CPU ns.*|\1|p" "$log"; }
-ratio() { sed -n "s|^ab/$1/$2thread/$3: .*vs $4 \([0-9.]*\)x.*|\1|p" "$log"; }
+# (the like-for-like binary's lines are tagged ab_u64/: its governor_u64 is its own run)
+tag() { [ "$1" = sluicegate_gcra_u64 ] && echo ab_u64 || echo ab; }
+ns() { sed -n "s|^$(tag "$3")/$1/$2thread/$3: median \([0-9.]*\) CPU ns.*|\1|p" "$log"; }
+ratio() { sed -n "s|^$(tag "$3")/$1/$2thread/$3: .*vs $4 \([0-9.]*\)x.*|\1|p" "$log"; }
+ns_u64_peer() { sed -n "s|^ab_u64/$1/$2thread/governor_u64: median \([0-9.]*\) CPU ns.*|\1|p" "$log"; }
 
 declare -A ir
 if [ "$callgrind" = 1 ]; then
@@ -71,7 +79,9 @@ for subject in sluicegate_store_gcra sluicegate_store_borrowed_gcra sluicegate_g
     target=$([ "$keys" = 1000 ] && echo 1.0 || echo 1.5)
     r1=$(ratio "$keys" 1 "$subject" governor_u64)
     r2=$(ratio "$keys" 2 "$subject" governor_u64)
-    result="${r1}× (1 thread), ${r2}× (2 threads) governor's throughput; CPU ns a check $(ns "$keys" 1 "$subject") vs $(ns "$keys" 1 governor_u64)"
+    peer_ns=$(ns "$keys" 1 governor_u64)
+    [ "$subject" = sluicegate_gcra_u64 ] && peer_ns=$(ns_u64_peer "$keys" 1)
+    result="${r1}× (1 thread), ${r2}× (2 threads) governor's throughput; CPU ns a check $(ns "$keys" 1 "$subject") vs $peer_ns"
     if [ "$callgrind" = 1 ]; then
       result="$result; ${ir[$subject/$keys]} vs ${ir[governor_u64/$keys]} instructions"
     fi

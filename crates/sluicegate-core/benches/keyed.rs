@@ -15,9 +15,11 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::hint::black_box;
 use std::sync::Once;
 use std::sync::atomic::{AtomicIsize, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use common::{GOVERNOR_STRING, GOVERNOR_U64, HARNESS, Keys, ORDER, SUBJECTS, Subject, build};
+use common::{
+    GOVERNOR_STRING, GOVERNOR_U64, HARNESS, Keys, ORDER, SUBJECTS, Subject, build, interleave,
+};
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 
 /// Counts live heap bytes, to measure memory per tracked key.
@@ -125,10 +127,6 @@ fn report_memory() {
     }
 }
 
-/// Rounds of the interleaved comparison, and checks per subject per round (per thread).
-const ROUNDS: usize = 21;
-const CHECKS: usize = 50_000;
-
 /// Side by side in one loop: each round runs every subject for `CHECKS` checks, in a
 /// rotating order, so that load from other processes hits all of them alike; per subject
 /// the median CPU time a check, and the median of the per-round ratios. Printed, with its
@@ -141,84 +139,8 @@ fn interleaved(c: &mut Criterion) {
     });
 }
 
-/// CPU time of the calling thread: unlike wall time, it leaves out the time other
-/// processes hold the CPU.
-fn thread_cpu() -> Duration {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid, writable timespec.
-    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    assert_eq!(rc, 0, "clock_gettime(CLOCK_THREAD_CPUTIME_ID)");
-    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
-}
-
-/// CPU ns a check over `CHECKS` checks on each of `threads` threads.
-fn timed(subject: &dyn Subject, keys: &Keys, threads: usize, offset: usize) -> f64 {
-    let run = |base: usize| {
-        let start = thread_cpu();
-        for i in 0..CHECKS {
-            black_box(subject.check(keys, base + i));
-        }
-        thread_cpu() - start
-    };
-    let cpu: Duration = if threads == 1 {
-        run(offset)
-    } else {
-        std::thread::scope(|s| {
-            let handles: Vec<_> = (0..threads)
-                .map(|t| s.spawn(move || run(offset + t * (ORDER / threads))))
-                .collect();
-            handles
-                .into_iter()
-                .map(|h| h.join().expect("bench thread"))
-                .sum()
-        })
-    };
-    cpu.as_nanos() as f64 / (CHECKS * threads) as f64
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
-}
-
 fn report_interleaved() {
-    for n in SIZES {
-        let keys = Keys::new(n);
-        let subjects: Vec<Box<dyn Subject>> = SUBJECTS
-            .iter()
-            .map(|(_, make)| build(*make, &keys))
-            .collect();
-        for threads in [1, 2] {
-            let mut ns: Vec<Vec<f64>> = vec![Vec::new(); SUBJECTS.len()];
-            for round in 0..ROUNDS {
-                for j in 0..SUBJECTS.len() {
-                    let k = (j + round) % SUBJECTS.len();
-                    ns[k].push(timed(subjects[k].as_ref(), &keys, threads, round * CHECKS));
-                }
-            }
-            let ratio = |ours: usize, theirs: usize| {
-                median((0..ROUNDS).map(|r| ns[theirs][r] / ns[ours][r]).collect())
-            };
-            for (k, (name, _)) in SUBJECTS.iter().enumerate() {
-                let line = format!(
-                    "ab/{n}/{threads}thread/{name}: median {:.1} CPU ns a check",
-                    median(ns[k].clone())
-                );
-                if name.starts_with("sluicegate") {
-                    println!(
-                        "{line}; throughput vs governor_string {:.2}x, vs governor_u64 {:.2}x",
-                        ratio(k, GOVERNOR_STRING),
-                        ratio(k, GOVERNOR_U64)
-                    );
-                } else {
-                    println!("{line}");
-                }
-            }
-        }
-    }
+    interleave::report("ab", &SUBJECTS, &[GOVERNOR_STRING, GOVERNOR_U64]);
 }
 
 fn check_harness(_: &mut Criterion) {

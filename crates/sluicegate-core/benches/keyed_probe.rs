@@ -13,7 +13,7 @@ mod common;
 
 use std::hint::black_box;
 
-use common::{Keys, SUBJECTS, Subject, build};
+use common::{Keys, LIKE_FOR_LIKE, SUBJECTS, Subject, build};
 
 /// Checks counted.
 const CHECKS: usize = 100_000;
@@ -34,7 +34,7 @@ fn main() {
         .collect();
     match args.as_slice() {
         [list] if list == "list" => {
-            for (name, _) in SUBJECTS {
+            for (name, _) in SUBJECTS.iter().chain(&LIKE_FOR_LIKE[1..]) {
                 println!("{name}");
             }
         }
@@ -45,6 +45,7 @@ fn main() {
                 .map_or(CHECKS, |c| c.parse().expect("CHECKS is a number"));
             let (_, make) = SUBJECTS
                 .iter()
+                .chain(&LIKE_FOR_LIKE)
                 .find(|(n, _)| n == name)
                 .unwrap_or_else(|| panic!("no subject {name:?} (try `list`)"));
             let n: usize = keys.parse().expect("KEYS is a number");

@@ -9,12 +9,15 @@
 //!   string-keyed limiters (ours, and governor with `String` keys) get the id formatted as
 //!   `client-<16 hex digits>` into a stack buffer, as a server has its key in hand;
 //!   governor with `u64` keys gets the id itself (its best case), and so does ours as
-//!   `sluicegate_gcra_u64` (`KeyedLimiter` keyed by `u64`: like for like).
+//!   `sluicegate_gcra_u64` (`KeyedLimiter` keyed by `u64`: like for like, [`LIKE_FOR_LIKE`],
+//!   measured in its own binary, `keyed_u64.rs`).
 //! - Time: governor reads its default clock (quanta, the TSC) in every check; ours is given
 //!   `now` by the caller (`KeyedLimiter`) or asks its `Clock` (`MemoryStore`), so each of
 //!   our checks reads the same quanta clock and converts it to µs since the epoch.
 
 #![allow(dead_code)] // each bench uses a part
+
+pub mod interleave;
 
 use std::cell::RefCell;
 use std::num::NonZeroU32;
@@ -320,7 +323,7 @@ pub const GOVERNOR_U64: usize = 3;
 pub const HARNESS: usize = 5;
 
 /// The subjects, built lazily: a filtered-out benchmark never builds (nor fills) its own.
-pub const SUBJECTS: [(&str, Make); 9] = [
+pub const SUBJECTS: [(&str, Make); 8] = [
     ("sluicegate_gcra", || {
         Box::new(Ours::<Gcra>::new(AlgorithmKind::Gcra))
     }),
@@ -340,6 +343,14 @@ pub const SUBJECTS: [(&str, Make); 9] = [
     }),
     ("sluicegate_store_borrowed_gcra", || {
         Box::new(StoreBorrowed(Store::new()))
+    }),
+];
+
+/// The like-for-like pair (`u64` keys on both sides), in a binary of its own
+/// (`keyed_u64.rs`: why there), governor first.
+pub const LIKE_FOR_LIKE: [(&str, Make); 2] = [
+    ("governor_u64", || {
+        Box::new(GovU64(RateLimiter::keyed(quota())))
     }),
     ("sluicegate_gcra_u64", || {
         Box::new(OursU64(Ours::<Gcra>::new(AlgorithmKind::Gcra)))
