@@ -73,10 +73,16 @@ for group in "${CHOSEN[@]}"; do
   fi
 done
 
+# Uncommitted changes apart from the output itself (which may lie outside the repository).
+case $(realpath -m "$OUT") in
+  "$PWD"/*) dirty() { ! git diff --quiet -- . ":(exclude)$OUT"; } ;;
+  *) dirty() { ! git diff --quiet; } ;;
+esac
+
 {
   echo "# Latest benchmark run"
   echo
-  echo "Written by \`scripts/bench.sh ${*}\` on $started at commit \`$(git rev-parse --short HEAD)\`$(git diff --quiet -- . ":(exclude)$OUT" || echo ' (with uncommitted changes)')."
+  echo "Written by \`scripts/bench.sh ${*}\` on $started at commit \`$(git rev-parse --short HEAD)\`$(dirty && echo ' (with uncommitted changes)')."
   echo "Machine: $(nproc) vCPUs ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')), $(uname -sr);"
   echo "load average $load_before at the start, $(cut -d' ' -f1-3 /proc/loadavg) at the end."
   echo
