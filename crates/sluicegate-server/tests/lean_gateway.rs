@@ -467,7 +467,7 @@ fn a_body_cut_short_is_cut_short_on_both_paths() {
     // upstream answers half a second late, so that the end of stream has reached the
     // gateway while the request waits: with an immediate answer, a client thread
     // descheduled between its write and its shutdown got the response on either path (a
-    // race, seen once in a loaded CI run).
+    // race, seen once in a clean-clone CI run).
     let answer = same_on_both_ways(addr, &get("/r/late-length", ""), false, false);
     assert_eq!(answer, "");
 }
