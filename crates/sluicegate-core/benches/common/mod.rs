@@ -221,6 +221,27 @@ impl Subject for StoreBorrowed {
     }
 }
 
+/// [`Store`] keyed by eight bytes taken straight from the id, each made ASCII: no
+/// formatting, a key as short as governor `u64`'s (SipHash-1-3 of 8 bytes is one
+/// compression round fewer than of 23). Not what a server holds: the floor of the store
+/// path itself, for callgrind only (`FLOORS`; docs/benchmarks/core.md, tenth pass).
+struct StoreEightBytes(Store);
+
+impl Subject for StoreEightBytes {
+    #[inline]
+    fn check_id(&self, id: u64) -> bool {
+        let bytes = (id & 0x7f7f_7f7f_7f7f_7f7f | 0x0101_0101_0101_0101).to_le_bytes();
+        // SAFETY: every byte is below 0x80 (the mask above): ASCII, so UTF-8.
+        let key = unsafe { std::str::from_utf8_unchecked(&bytes) };
+        let request = CheckRequest::new(&self.0.policies, key, 1);
+        self.0.store.check_now(request).is_ok_and(|v| v.allowed)
+    }
+
+    fn len(&self) -> usize {
+        self.0.len()
+    }
+}
+
 /// The general path: two token-bucket policies on one key (all-or-nothing), as
 /// `probe_store_check` of the sluicegate-bench callgrind probe has it.
 struct Store2 {
@@ -356,6 +377,12 @@ pub const LIKE_FOR_LIKE: [(&str, Make); 2] = [
         Box::new(OursU64(Ours::<Gcra>::new(AlgorithmKind::Gcra)))
     }),
 ];
+
+/// Subjects counted by the callgrind probe only (`keyed_probe`), not timed: they bound
+/// what a row could reach rather than measure what a caller gets.
+pub const FLOORS: [(&str, Make); 1] = [("sluicegate_store_gcra_8_bytes", || {
+    Box::new(StoreEightBytes(Store::new()))
+})];
 
 /// Builds a subject and checks every key once, so it holds the whole key set.
 pub fn build(make: Make, keys: &Keys) -> Box<dyn Subject> {
