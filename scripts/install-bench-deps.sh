@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Installs what the benchmark scripts need and the tests do not, when it is missing: wrk
 # (the HTTP load generator of bench-http.sh, bench-gateway.sh and bench-api-ab.sh) and
-# valgrind (callgrind instruction counts: bench-core.sh, callgrind-probe.sh). nginx and
-# redis-benchmark, which the tests need too, come from install-test-deps.sh. scripts/bench.sh
-# runs this first, so a fresh machine can run every comparison.
+# valgrind (callgrind instruction counts: bench-core.sh, callgrind-probe.sh); and the peers
+# the tests install too (nginx, redis-server, redis-benchmark), so that benchmarks need not
+# wait for the test suite's installer. scripts/bench.sh runs this first, so a fresh machine
+# can run every comparison.
 set -euo pipefail
 need_apt=()
 command -v wrk >/dev/null || need_apt+=(wrk)
