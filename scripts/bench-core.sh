@@ -52,7 +52,7 @@ if [ "$callgrind" = 1 ]; then
   checks=100000 # CHECKS in keyed_probe.rs
   for keys in 1000 1000000; do
     for subject in sluicegate_gcra sluicegate_gcra_u64 sluicegate_store_gcra sluicegate_store_borrowed_gcra \
-      sluicegate_store_gcra_8_bytes harness_only governor_u64 governor_string; do
+      sluicegate_store_gcra_8_bytes sluicegate_store_token_bucket harness_only governor_u64 governor_string; do
       out=$(mktemp)
       valgrind --tool=callgrind --callgrind-out-file=/dev/null --collect-atstart=no \
         --toggle-collect='*probe_run*' "$bin" "$subject" "$keys" 2>"$out" >/dev/null
@@ -116,11 +116,12 @@ if [ "$callgrind" = 1 ]; then
   echo "Instructions per decision (callgrind, $checks checks after filling):"
   echo
   echo "(store, 8 bytes: the store keyed by 8 bytes of the id, no formatting, probe only: the"
-  echo "floor of the store path; harness only: formatting the key and reading the clock)"
+  echo "floor of the store path; store, token bucket: the contract's default algorithm, probe"
+  echo "only; harness only: formatting the key and reading the clock)"
   echo
-  echo "| keys | store gcra | store gcra, borrowed | store gcra, 8 bytes | KeyedLimiter gcra | KeyedLimiter gcra, u64 keys | governor u64 | governor String | harness only |"
-  echo "|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+  echo "| keys | store gcra | store gcra, borrowed | store gcra, 8 bytes | store token bucket | KeyedLimiter gcra | KeyedLimiter gcra, u64 keys | governor u64 | governor String | harness only |"
+  echo "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
   for keys in 1000 1000000; do
-    echo "| $(k "$keys") | ${ir[sluicegate_store_gcra/$keys]} | ${ir[sluicegate_store_borrowed_gcra/$keys]} | ${ir[sluicegate_store_gcra_8_bytes/$keys]} | ${ir[sluicegate_gcra/$keys]} | ${ir[sluicegate_gcra_u64/$keys]} | ${ir[governor_u64/$keys]} | ${ir[governor_string/$keys]} | ${ir[harness_only/$keys]} |"
+    echo "| $(k "$keys") | ${ir[sluicegate_store_gcra/$keys]} | ${ir[sluicegate_store_borrowed_gcra/$keys]} | ${ir[sluicegate_store_gcra_8_bytes/$keys]} | ${ir[sluicegate_store_token_bucket/$keys]} | ${ir[sluicegate_gcra/$keys]} | ${ir[sluicegate_gcra_u64/$keys]} | ${ir[governor_u64/$keys]} | ${ir[governor_string/$keys]} | ${ir[harness_only/$keys]} |"
   done
 fi

@@ -13,7 +13,7 @@ mod common;
 
 use std::hint::black_box;
 
-use common::{FLOORS, Keys, LIKE_FOR_LIKE, SUBJECTS, Subject, build};
+use common::{Keys, LIKE_FOR_LIKE, PROBE_ONLY, SUBJECTS, Subject, build};
 
 /// Checks counted.
 const CHECKS: usize = 100_000;
@@ -34,7 +34,11 @@ fn main() {
         .collect();
     match args.as_slice() {
         [list] if list == "list" => {
-            for (name, _) in SUBJECTS.iter().chain(&LIKE_FOR_LIKE[1..]).chain(&FLOORS) {
+            for (name, _) in SUBJECTS
+                .iter()
+                .chain(&LIKE_FOR_LIKE[1..])
+                .chain(&PROBE_ONLY)
+            {
                 println!("{name}");
             }
         }
@@ -46,7 +50,7 @@ fn main() {
             let (_, make) = SUBJECTS
                 .iter()
                 .chain(&LIKE_FOR_LIKE)
-                .chain(&FLOORS)
+                .chain(&PROBE_ONLY)
                 .find(|(n, _)| n == name)
                 .unwrap_or_else(|| panic!("no subject {name:?} (try `list`)"));
             let n: usize = keys.parse().expect("KEYS is a number");
