@@ -42,7 +42,8 @@ declare -A TITLE=([http]="HTTP paths" [core]="In-memory limiter"
   [gateway]="Gateway" [redis]="Redis")
 declare -A OWNER=([http]=perfhttp [core]=perfcore [gateway]=gwperf [redis]=sync)
 
-# wrk and valgrind, when missing (the test suite's installer does not bring them).
+# What the comparisons run that is missing: wrk and valgrind (which the test suite does not
+# install), nginx and redis-server/redis-benchmark (which it does, later).
 bash scripts/install-bench-deps.sh
 load_before=$(cut -d' ' -f1-3 /proc/loadavg)
 started=$(date -u '+%Y-%m-%d %H:%M UTC')
